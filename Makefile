@@ -1,0 +1,34 @@
+# The two supported entry points are `make run` and `make test`; both create .venv on first use.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+export RAY_USAGE_STATS_ENABLED := 0
+
+.PHONY: run test bench install docs clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	# CPU torch first: a bare `torch` requirement would otherwise pull several GB of CUDA wheels.
+	$(PY) -m pip install --quiet "torch==2.13.0"
+	$(PY) -m pip install --quiet -e ".[test,bench]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/craftrl train craftrl.configs.default
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+bench: $(STAMP)
+	$(PY) -m pytest -q -m slow
+	$(PY) bench/run_all.py
+
+docs: $(STAMP)
+	$(PY) -m craftrl.config.docs > docs/config.md
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache
