@@ -1,0 +1,189 @@
+"""Sharded LMDB storage of encoded fragment records, keyed by a 64-bit fragment id.
+
+Several processes open the same store: rollout workers write, the buffer actor deletes, trainer readers read.
+LMDB allows that on one machine (one writer per shard at a time, readers never block). It does not work over
+network file systems, so ``path`` must be a local disk shared by those processes.
+
+What happens to an existing store: :func:`create_store` is called once per run by the buffer actor and
+*clears* it, because the index of chunks, reuse counts and versions lives only in the actor's memory; records
+from an earlier run could never be sampled and would only leak disk. To protect user data it refuses to clear
+a non-empty directory that lacks the store's manifest file. :meth:`FragmentStore.open` (writers, readers,
+tests) opens an existing store as it is and never clears anything.
+
+Durability is traded for speed (``sync=False``): an OS crash may lose the last writes, which does not matter
+for a store that is rebuilt from scratch at every start.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Iterable
+
+import lmdb
+
+MANIFEST = "craftrl-replay-store.json"
+_MIB = 1 << 20
+# Sparse map: address space costs nothing, so the map gets twice the expected bytes to absorb fragments that
+# compress worse than ``max_fragment_bytes`` and uneven sharding, without failing the run.
+_MAP_SLACK = 2.0
+
+
+class ReplayStoreError(RuntimeError):
+    """The store cannot be created, opened or written (disk too small, map full, foreign directory)."""
+
+
+class MissingRecordError(LookupError):
+    """No record under this fragment id: it was deleted (evicted past its read grace) or never written."""
+
+
+@dataclass(frozen=True)
+class StoreLayout:
+    """Everything another process needs to open the same store; small and picklable."""
+
+    path: str
+    num_shards: int
+    map_size_per_shard: int
+
+
+def expected_store_bytes(max_fragments: int, max_fragment_bytes: int) -> int:
+    return max_fragments * max_fragment_bytes
+
+
+def create_store(path: str | os.PathLike, num_shards: int, max_fragments: int,
+                 max_fragment_bytes: int) -> StoreLayout:
+    """Clear any earlier store at ``path`` and lay out a fresh one sized for ``max_fragments`` records."""
+    root = Path(path).expanduser().resolve()
+    needed = expected_store_bytes(max_fragments, max_fragment_bytes)
+    _clear_existing(root)
+    root.mkdir(parents=True, exist_ok=True)
+    free = shutil.disk_usage(root).free
+    if needed > free:
+        raise ReplayStoreError(
+            f"replay store at {root} needs {needed / 2**30:.2f} GiB ({max_fragments} fragments x "
+            f"{max_fragment_bytes / _MIB:.2f} MiB max_fragment_bytes) but the disk has {free / 2**30:.2f} GiB "
+            f"free; lower replay_buffer_config.max_chunks or database_config.max_fragment_bytes, or move "
+            f"database_config.path to a bigger disk"
+        )
+    per_shard = math.ceil(_MAP_SLACK * needed / num_shards) + 16 * _MIB
+    per_shard = -(-per_shard // os.sysconf("SC_PAGE_SIZE")) * os.sysconf("SC_PAGE_SIZE")
+    layout = StoreLayout(str(root), num_shards, per_shard)
+    (root / MANIFEST).write_text(json.dumps(asdict(layout), indent=2))
+    for shard in range(num_shards):
+        lmdb.open(str(_shard_dir(root, shard)), map_size=per_shard, subdir=True).close()
+    return layout
+
+
+def read_layout(path: str | os.PathLike) -> StoreLayout:
+    manifest = Path(path).expanduser().resolve() / MANIFEST
+    if not manifest.is_file():
+        raise ReplayStoreError(f"{manifest.parent} is not a replay store: {MANIFEST} is missing")
+    return StoreLayout(**json.loads(manifest.read_text()))
+
+
+def _shard_dir(root: Path, shard: int) -> Path:
+    return root / f"shard-{shard:03d}"
+
+
+def _clear_existing(root: Path) -> None:
+    if not root.exists():
+        return
+    if not root.is_dir():
+        raise ReplayStoreError(f"replay store path {root} exists and is not a directory")
+    if not any(root.iterdir()):
+        return
+    if not (root / MANIFEST).is_file():
+        raise ReplayStoreError(
+            f"replay store path {root} is a non-empty directory without {MANIFEST}; refusing to clear what "
+            f"may be someone else's data: choose an empty or new database_config.path"
+        )
+    for child in root.iterdir():
+        if child.name == MANIFEST or (child.is_dir() and child.name.startswith("shard-")):
+            shutil.rmtree(child) if child.is_dir() else child.unlink()
+    leftovers = [c.name for c in root.iterdir()]
+    if leftovers:
+        raise ReplayStoreError(f"replay store path {root} holds unexpected files {leftovers}; not clearing them")
+
+
+def _key(fragment_id: int) -> bytes:
+    return fragment_id.to_bytes(8, "big")
+
+
+class FragmentStore:
+    """Open handle on every shard of a store, for one process. Not shared across processes (reopen instead)."""
+
+    def __init__(self, layout: StoreLayout, readonly: bool = False) -> None:
+        self.layout = layout
+        root = Path(layout.path)
+        try:
+            self._envs = [
+                lmdb.open(str(_shard_dir(root, shard)), map_size=layout.map_size_per_shard, subdir=True,
+                          readonly=readonly, create=False, sync=False, metasync=False, readahead=False,
+                          max_readers=1024, max_spare_txns=4)
+                for shard in range(layout.num_shards)
+            ]
+        except lmdb.Error as error:
+            raise ReplayStoreError(f"cannot open replay store at {root}: {error}") from error
+
+    @classmethod
+    def open(cls, path: str | os.PathLike, readonly: bool = False) -> "FragmentStore":
+        """Open an existing store as it is (nothing is cleared)."""
+        return cls(read_layout(path), readonly=readonly)
+
+    def _env(self, fragment_id: int) -> lmdb.Environment:
+        return self._envs[fragment_id % len(self._envs)]
+
+    def put(self, fragment_id: int, record: bytes) -> None:
+        try:
+            with self._env(fragment_id).begin(write=True) as txn:
+                txn.put(_key(fragment_id), record)
+        except lmdb.MapFullError as error:
+            raise ReplayStoreError(
+                f"replay store shard for fragment {fragment_id} is full ({self.layout.map_size_per_shard} bytes): "
+                f"fragments encode larger than database_config.max_fragment_bytes assumed; raise it"
+            ) from error
+        except lmdb.Error as error:
+            raise ReplayStoreError(f"cannot write fragment {fragment_id} to {self.layout.path}: {error}") from error
+
+    def get(self, fragment_id: int) -> bytes:
+        with self._env(fragment_id).begin() as txn:
+            record = txn.get(_key(fragment_id))
+        if record is None:
+            raise MissingRecordError(f"fragment {fragment_id} is not in the replay store at {self.layout.path}")
+        return record
+
+    def delete_many(self, fragment_ids: Iterable[int]) -> int:
+        """Delete the records that exist; return how many were deleted. One transaction per shard."""
+        by_shard: dict[int, list[int]] = {}
+        for fragment_id in fragment_ids:
+            by_shard.setdefault(fragment_id % len(self._envs), []).append(fragment_id)
+        deleted = 0
+        for shard, ids in by_shard.items():
+            with self._envs[shard].begin(write=True) as txn:
+                deleted += sum(bool(txn.delete(_key(i))) for i in ids)
+        return deleted
+
+    def count(self) -> int:
+        return sum(env.stat()["entries"] for env in self._envs)
+
+    def ids(self) -> list[int]:
+        found = []
+        for env in self._envs:
+            with env.begin() as txn:
+                found.extend(int.from_bytes(key, "big") for key in txn.cursor().iternext(values=False))
+        return found
+
+    def close(self) -> None:
+        for env in self._envs:
+            env.close()
+        self._envs = []
+
+    def __enter__(self) -> "FragmentStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
