@@ -1,0 +1,73 @@
+"""``craftrl`` command line: train, config show, config check.
+
+Exit codes: 0 success, 2 bad input (config, arguments, cluster too small) -- always one line per problem
+and never a traceback -- and 3 when a part of the system the command needs is not built yet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+from craftrl.config.loading import config_to_yaml, load_config
+from craftrl.config.validate import ConfigError
+
+EXIT_BAD_INPUT = 2
+EXIT_NOT_AVAILABLE = 3
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="craftrl", description="Distributed online PPO for game agents on Ray.")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    train = commands.add_parser("train", help="train a policy online")
+    _add_config_arguments(train)
+    train.add_argument("--address", default=None,
+                       help="join an existing Ray cluster ('auto' or host:port) instead of starting one")
+    train.add_argument("--resume", default=None, help="checkpoint directory or 'latest' (sets train_config.resume)")
+
+    config = commands.add_parser("config", help="inspect a config")
+    config_commands = config.add_subparsers(dest="config_command", required=True)
+    show = config_commands.add_parser("show", help="print the resolved config (defaults filled in) as YAML")
+    _add_config_arguments(show)
+    check = config_commands.add_parser("check", help="validate a config; exit 0 when valid, 2 otherwise")
+    _add_config_arguments(check)
+    return parser
+
+
+def _add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("config", help="config module (dotted name), .py file or .yaml file")
+    parser.add_argument("overrides", nargs="*", metavar="key.path=value", help="override config keys")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "config":
+            loaded = load_config(args.config, args.overrides)
+            if args.config_command == "show":
+                print(config_to_yaml(loaded.online), end="")
+            else:
+                print(f"ok: {args.config} is a valid craftrl config")
+            return 0
+        if args.command == "train":
+            from craftrl.cli.train import train_command
+
+            overrides = list(args.overrides)
+            if args.resume is not None:
+                overrides.append(f"train_config.resume={args.resume}")
+            if args.address is not None:
+                overrides.append(f"ray_config.address={args.address}")
+            return train_command(load_config(args.config, overrides))
+    except ConfigError as error:
+        for problem in error.problems:
+            print(f"craftrl: error: {problem}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    parser.error(f"unknown command {args.command!r}")
+    return EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":
+    sys.exit(main())

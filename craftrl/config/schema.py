@@ -1,0 +1,187 @@
+"""The ``online_dict`` schema: the single source of truth for every configuration key.
+
+Each key is a typed dataclass field whose metadata holds its one-line meaning and its value check;
+``craftrl.config.docs`` renders ``docs/config.md`` from these fields, and the validator in
+``craftrl.config.validate`` reads the same metadata, so the documentation cannot drift from what is enforced.
+
+Key names follow MineStudio's ``online_dict`` so its users can bring their config modules. Where MineStudio's
+docs and code disagree we chose deliberately (see the ``Decisions`` notes below and in docs/config.md):
+
+* ``worker_config.restart_interval``: ``None`` or ``0`` disables recycling (the docs' meaning; MineStudio's
+  code restarts the env after *every* episode on 0).
+* ``train_config.record_video_interval``: ``None`` or ``0`` disables videos (MineStudio divides by it).
+* ``train_config.num_workers``: ``0`` runs the learner in the driver process (Ray Train local mode, handy on
+  a laptop and in tests); ``n >= 1`` starts ``n`` Ray Train DDP workers. MineStudio builds a broken
+  ScalingConfig on 0.
+* ``rollout_config.to_send_queue_size``: at least 1; there is no "unbounded" (MineStudio treats <= 0 so),
+  because an unbounded send queue hides a slow consumer until memory runs out.
+* ``train_config.fix_decoder``: accepted as ``False`` only, for seed configs that carry it; it never had an
+  effect in MineStudio.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+
+@dataclass(frozen=True)
+class Check:
+    """A value constraint plus the phrase shown to the user when it fails ("expected <expect>")."""
+
+    predicate: Callable[[Any], bool]
+    expect: str
+
+    def __call__(self, value: Any) -> bool:
+        return self.predicate(value)
+
+
+def at_least(bound: float) -> Check:
+    return Check(lambda v: v >= bound, f">= {bound}")
+
+
+def greater_than(bound: float) -> Check:
+    return Check(lambda v: v > bound, f"> {bound}")
+
+
+def between(low: float, high: float) -> Check:
+    return Check(lambda v: low <= v <= high, f"a value in [{low}, {high}]")
+
+
+def one_of(*choices: Any) -> Check:
+    return Check(lambda v: v in choices, "one of " + ", ".join(repr(c) for c in choices))
+
+
+def key(default: Any, doc: str, check: Check | None = None) -> Any:
+    """Declare a scalar key: its default, its one-line meaning and an optional value check."""
+    return field(default=default, metadata={"doc": doc, "check": check})
+
+
+def section(factory: type, doc: str) -> Any:
+    """Declare a nested section (a dataclass of its own)."""
+    return field(default_factory=factory, metadata={"doc": doc, "check": None})
+
+
+NON_NEGATIVE = at_least(0)
+POSITIVE = greater_than(0)
+AT_LEAST_ONE = at_least(1)
+UNIT_INTERVAL = between(0.0, 1.0)
+
+
+@dataclass
+class DatabaseConfig:
+    path: str = key("replay_buffer", "Directory of the LMDB replay store; relative paths resolve inside the run directory.")
+    num_shards: int = key(8, "Number of LMDB shards (separate environments) the fragments are spread over.", AT_LEAST_ONE)
+
+
+@dataclass
+class ReplayBufferConfig:
+    max_chunks: int = key(4800, "Capacity in chunks; the oldest chunk is evicted first (FIFO) when full.", AT_LEAST_ONE)
+    max_reuse: int = key(2, "A chunk is sampled for training at most this many times, then retired.", AT_LEAST_ONE)
+    max_staleness: int = key(2, "A chunk whose oldest step is more than this many policy versions behind the trainer is never sampled.", NON_NEGATIVE)
+    fragments_per_report: int = key(40, "The buffer reports its metrics (size, throughput, evictions) every this many added fragments.", AT_LEAST_ONE)
+    fragments_per_chunk: int = key(1, "Consecutive fragments of one env slot grouped into one chunk (the unit of sampling).", AT_LEAST_ONE)
+    database_config: DatabaseConfig = section(DatabaseConfig, "Where and how the fragments are stored on disk.")
+
+
+@dataclass
+class WorkerConfig:
+    num_envs: int = key(4, "Env processes owned by each rollout worker.", AT_LEAST_ONE)
+    batch_size: int = key(4, "Envs grouped into one policy forward pass; must be <= num_envs.", AT_LEAST_ONE)
+    restart_interval: Optional[float] = key(None, "Recycle an env process after this many seconds, at the next episode boundary; None or 0 disables.", NON_NEGATIVE)
+    step_timeout: float = key(60.0, "Seconds an env step may take before the env process is killed and restarted (a hang).", POSITIVE)
+    reset_timeout: float = key(300.0, "Seconds an env construction or reset may take before it is treated as a hang.", POSITIVE)
+    video_fps: int = key(20, "Frame rate of recorded episode videos.", AT_LEAST_ONE)
+    video_output_dir: str = key("videos", "Directory for mp4 episode videos; relative paths resolve inside the run directory.")
+
+
+@dataclass
+class EpisodeStatisticsConfig:
+    moving_window: int = key(20, "Episodes in the moving averages of return, length and task metrics.", AT_LEAST_ONE)
+
+
+@dataclass
+class RolloutConfig:
+    num_rollout_workers: int = key(1, "Rollout worker actors; each owns num_envs env processes.", AT_LEAST_ONE)
+    num_gpus_per_worker: float = key(0.0, "GPU share reserved per rollout worker; inference runs on the GPU when > 0 and CUDA exists.", NON_NEGATIVE)
+    num_cpus_per_worker: float = key(1.0, "CPUs reserved per rollout worker in Ray's accounting.", NON_NEGATIVE)
+    fragment_length: int = key(256, "Env steps per fragment, the unit sent from rollout to the replay buffer.", AT_LEAST_ONE)
+    to_send_queue_size: int = key(1, "Fragments a worker may hold waiting to be sent; when full the worker waits (backpressure).", AT_LEAST_ONE)
+    worker_config: WorkerConfig = section(WorkerConfig, "Settings of each rollout worker and its env processes.")
+    replay_buffer_config: ReplayBufferConfig = section(ReplayBufferConfig, "Replay buffer capacity, reuse and staleness limits.")
+    episode_statistics_config: EpisodeStatisticsConfig = section(EpisodeStatisticsConfig, "Episode statistics actor settings.")
+
+
+@dataclass
+class TrainConfig:
+    num_workers: int = key(0, "Ray Train DDP workers; 0 runs the learner inside the driver process (local mode).", NON_NEGATIVE)
+    num_gpus_per_worker: float = key(0.0, "GPUs per train worker; 0 trains on CPU (gloo), > 0 on CUDA (nccl).", NON_NEGATIVE)
+    num_cpus_per_worker: float = key(1.0, "CPUs reserved per train worker in Ray's accounting.", NON_NEGATIVE)
+    num_iterations: int = key(4000, "Training iterations to run; each publishes a new policy version.", AT_LEAST_ONE)
+    vf_warmup: int = key(0, "First iterations that train only the value function (the policy is not updated or published).", NON_NEGATIVE)
+    learning_rate: float = key(2.5e-4, "AdamW learning rate at the start of training.", POSITIVE)
+    anneal_lr_linearly: bool = key(False, "Decay the learning rate linearly to 0 over num_iterations.")
+    weight_decay: float = key(0.0, "AdamW decoupled weight decay.", NON_NEGATIVE)
+    adam_eps: float = key(1e-5, "AdamW epsilon.", POSITIVE)
+    batch_size_per_gpu: int = key(8, "Fragments per training batch on each train worker.", AT_LEAST_ONE)
+    batches_per_iteration: int = key(4, "Batches each train worker processes per iteration (per epoch).", AT_LEAST_ONE)
+    gradient_accumulation: int = key(1, "Batches whose gradients are summed before one optimiser step.", AT_LEAST_ONE)
+    epochs_per_iteration: int = key(1, "Passes over the iteration's data.", AT_LEAST_ONE)
+    context_length: int = key(64, "Truncated-BPTT window: steps per recurrent slice; the state is carried, gradients are not.", AT_LEAST_ONE)
+    discount: float = key(0.99, "Discount factor gamma.", UNIT_INTERVAL)
+    gae_lambda: float = key(0.95, "GAE lambda: 0 is one-step TD, 1 is Monte Carlo.", UNIT_INTERVAL)
+    ppo_clip: float = key(0.2, "PPO ratio clip epsilon (also the value clip range when clip_vloss).", POSITIVE)
+    clip_vloss: bool = key(False, "Clip the value loss around the behaviour value, as the policy ratio is clipped.")
+    max_grad_norm: float = key(0.5, "Global gradient-norm clip.", POSITIVE)
+    zero_initial_vf: bool = key(True, "Zero the value head's output layer at start so initial predictions are 0.")
+    ppo_policy_coef: float = key(1.0, "Weight of the clipped policy loss.", NON_NEGATIVE)
+    ppo_vf_coef: float = key(0.5, "Weight of the value loss.", NON_NEGATIVE)
+    kl_divergence_coef_rho: float = key(0.0, "Weight rho of KL(policy || reference policy), the reference being the initial policy.", NON_NEGATIVE)
+    entropy_bonus_coef: float = key(0.01, "Weight of the entropy bonus.", NON_NEGATIVE)
+    coef_rho_decay: float = key(0.9995, "rho is multiplied by this after every iteration.", between(0.0, 1.0))
+    log_ratio_range: float = key(50.0, "The log-ratio log(pi/pi_behaviour) is clamped to +-this before exponentiation.", POSITIVE)
+    normalize_advantage_full_batch: bool = key(True, "Normalise advantages with the mean/std of the whole iteration's data across all ranks.")
+    use_normalized_vf: bool = key(True, "Learn the value in normalised return units (running mean/std), denormalised for GAE.")
+    num_readers: int = key(2, "Replay readers per train worker that load and decode chunks in parallel.", AT_LEAST_ONE)
+    num_cpus_per_reader: float = key(0.0, "CPUs reserved per reader in Ray's accounting.", NON_NEGATIVE)
+    prefetch_batches: int = key(2, "Batches read ahead while the learner computes.", NON_NEGATIVE)
+    save_interval: int = key(10, "Save a checkpoint every this many iterations; 0 saves only the final one.", NON_NEGATIVE)
+    keep_interval: int = key(40, "Checkpoints at multiples of this are kept forever; others only while among the newest few. 0 keeps only the newest few.", NON_NEGATIVE)
+    record_video_interval: Optional[int] = key(None, "Record one episode to mp4 every this many iterations; None or 0 disables.", NON_NEGATIVE)
+    enable_ref_update: bool = key(False, "Update the KL reference policy during training. Only False is supported: the reference is the initial policy.", one_of(False))
+    fix_decoder: bool = key(False, "Accepted for MineStudio seed configs; it never had an effect. Only False is supported.", one_of(False))
+    use_amp: bool = key(False, "Mixed precision (autocast + grad scaling) on CUDA; ignored on CPU.")
+    resume: Optional[str] = key(None, "Checkpoint directory to resume from, or 'latest' for the newest under save_path; None starts fresh.")
+    resume_optimizer: bool = key(True, "When resuming, restore the optimiser state too.")
+    save_path: str = key("checkpoints", "Checkpoint directory; relative paths resolve inside the run directory.")
+
+
+@dataclass
+class LoggerConfig:
+    project: Optional[str] = key(None, "wandb project; when set, metrics also go to wandb (offline unless an API key is configured).")
+    name: str = key("craftrl", "Run name: prefix of the run directory and the wandb run name.")
+    entity: Optional[str] = key(None, "wandb entity (team or user).")
+    wandb_mode: str = key("auto", "wandb mode: 'auto' (online if an API key is configured, else offline), 'online', 'offline' or 'disabled'.",
+                          one_of("auto", "online", "offline", "disabled"))
+    console_interval: float = key(10.0, "Seconds between console progress lines.", NON_NEGATIVE)
+
+
+@dataclass
+class RayConfig:
+    address: Optional[str] = key(None, "Ray cluster to join ('auto' or host:port); None starts a local Ray sized to this config.")
+    num_cpus: Optional[int] = key(None, "Logical CPUs for a local Ray; None sizes it to what this config reserves (never fewer than the machine's cores).", AT_LEAST_ONE)
+    object_store_memory_mb: Optional[int] = key(None, "Object store size for a local Ray in MiB; None lets Ray choose.", AT_LEAST_ONE)
+    include_dashboard: bool = key(False, "Start the Ray dashboard (local Ray only).")
+
+
+@dataclass
+class OnlineConfig:
+    trainer_name: str = key("PPOTrainer", "Training algorithm; only 'PPOTrainer' exists.", one_of("PPOTrainer"))
+    detach_rollout_manager: bool = key(True, "Create the rollout manager as a detached actor that outlives the driver.")
+    seed: int = key(0, "Seed for env, policy initialisation and replay sampling.", NON_NEGATIVE)
+    output_root: str = key("runs", "Where run directories runs/<logger name>-<timestamp>/ are created.")
+    rollout_config: RolloutConfig = section(RolloutConfig, "How experience is collected.")
+    train_config: TrainConfig = section(TrainConfig, "How the policy is optimised.")
+    logger_config: LoggerConfig = section(LoggerConfig, "Where metrics go.")
+    ray_config: RayConfig = section(RayConfig, "How Ray is started or joined.")
+

@@ -1,0 +1,1 @@
+"""Built-in config modules, usable as `craftrl train craftrl.configs.<name>`."""

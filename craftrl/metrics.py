@@ -1,0 +1,187 @@
+"""One metrics path: every number goes through ``MetricsLogger.log`` and fans out to all sinks.
+
+Sinks: ``metrics.jsonl`` (the machine-readable record that plots are made from), TensorBoard, the console,
+and wandb when ``logger_config.project`` is set. wandb runs offline unless an API key is configured, so a
+run never blocks on the network.
+
+Ray actors must not wait on logging (MineStudio's synchronous RPC per log call stalls its rollout loop), so
+they use ``MetricsClient``: fire-and-forget calls to a ``MetricsSink`` actor, with a bound on calls in flight
+beyond which metrics are dropped *and counted* rather than queued without limit.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import netrc
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Mapping, Protocol
+
+from craftrl.config.schema import LoggerConfig
+
+
+class Sink(Protocol):
+    def write(self, metrics: Mapping[str, Any], step: int, wall_time: float) -> None: ...
+    def close(self) -> None: ...
+
+
+def _numeric(metrics: Mapping[str, Any]) -> dict[str, float]:
+    return {k: float(v) for k, v in metrics.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))}
+
+
+class JsonlSink:
+    def __init__(self, path: Path):
+        self._file = open(path, "a", buffering=1)  # line-buffered: a crash loses at most one line
+
+    def write(self, metrics: Mapping[str, Any], step: int, wall_time: float) -> None:
+        record = {"step": step, "time": wall_time}
+        record.update({k: _jsonable(v) for k, v in metrics.items()})
+        self._file.write(json.dumps(record) + "\n")
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if hasattr(value, "item"):
+        return value.item()
+    return value
+
+
+class TensorBoardSink:
+    def __init__(self, log_dir: Path):
+        from torch.utils.tensorboard import SummaryWriter
+
+        self._writer = SummaryWriter(log_dir=str(log_dir))
+
+    def write(self, metrics: Mapping[str, Any], step: int, wall_time: float) -> None:
+        for name, value in _numeric(metrics).items():
+            self._writer.add_scalar(name, value, global_step=step, walltime=wall_time)
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+class ConsoleSink:
+    """A compact line every ``interval`` seconds: a person watches trends, not every number."""
+
+    def __init__(self, interval: float, stream=None):
+        self._interval = interval
+        self._stream = stream or sys.stdout
+        self._last = -math.inf
+
+    def write(self, metrics: Mapping[str, Any], step: int, wall_time: float) -> None:
+        if wall_time - self._last < self._interval:
+            return
+        self._last = wall_time
+        shown = " ".join(f"{k}={v:.4g}" for k, v in sorted(_numeric(metrics).items())[:12])
+        print(f"[step {step}] {shown}", file=self._stream, flush=True)
+
+    def close(self) -> None:
+        pass
+
+
+def wandb_has_api_key() -> bool:
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    try:
+        return netrc.netrc().authenticators("api.wandb.ai") is not None
+    except (FileNotFoundError, netrc.NetrcParseError, OSError):
+        return False
+
+
+def resolve_wandb_mode(mode: str) -> str:
+    if mode == "auto":
+        return "online" if wandb_has_api_key() else "offline"
+    return mode
+
+
+class WandbSink:
+    def __init__(self, logger_config: LoggerConfig, run_dir: Path, config: Mapping[str, Any] | None):
+        import wandb
+
+        self._run = wandb.init(project=logger_config.project, name=logger_config.name, entity=logger_config.entity,
+                               mode=resolve_wandb_mode(logger_config.wandb_mode), dir=str(run_dir),
+                               config=dict(config or {}), reinit=True)
+
+    def write(self, metrics: Mapping[str, Any], step: int, wall_time: float) -> None:
+        self._run.log(_numeric(metrics), step=step)
+
+    def close(self) -> None:
+        self._run.finish()
+
+
+class MetricsLogger:
+    """Fan-out to every configured sink; a failing sink is reported once and then skipped."""
+
+    def __init__(self, run_dir: Path, logger_config: LoggerConfig | None = None,
+                 config: Mapping[str, Any] | None = None, console: bool = True, tensorboard: bool = True):
+        logger_config = logger_config or LoggerConfig()
+        run_dir = Path(run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        self.sinks: list[Sink] = [JsonlSink(run_dir / "metrics.jsonl")]
+        if tensorboard:
+            self.sinks.append(TensorBoardSink(run_dir / "tensorboard"))
+        if console:
+            self.sinks.append(ConsoleSink(logger_config.console_interval))
+        if logger_config.project and logger_config.wandb_mode != "disabled":
+            self.sinks.append(WandbSink(logger_config, run_dir, config))
+        self._broken: set[int] = set()
+
+    def log(self, metrics: Mapping[str, Any], step: int, wall_time: float | None = None) -> None:
+        wall_time = time.time() if wall_time is None else wall_time
+        for i, sink in enumerate(self.sinks):
+            if i in self._broken:
+                continue
+            try:
+                sink.write(metrics, step, wall_time)
+            except Exception as error:  # one broken sink (e.g. a full disk for TB) must not stop training
+                self._broken.add(i)
+                print(f"craftrl: metrics sink {type(sink).__name__} failed and is disabled: {error}", file=sys.stderr)
+
+    def close(self) -> None:
+        for sink in self.sinks:
+            try:
+                sink.close()
+            except Exception:
+                pass
+
+
+class MetricsSink:
+    """Body of the ``metrics`` Ray actor; wrap with ``ray.remote(num_cpus=0)(MetricsSink)``."""
+
+    def __init__(self, run_dir: str, logger_config: LoggerConfig | None = None,
+                 config: Mapping[str, Any] | None = None, console: bool = True):
+        self._logger = MetricsLogger(Path(run_dir), logger_config, config, console=console)
+
+    def log(self, metrics: Mapping[str, Any], step: int, wall_time: float) -> None:
+        self._logger.log(metrics, step, wall_time)
+
+    def close(self) -> None:
+        self._logger.close()
+
+
+class MetricsClient:
+    """Non-blocking logging from inside actors: calls are sent and never awaited."""
+
+    def __init__(self, sink_handle: Any, max_in_flight: int = 256):
+        self._sink = sink_handle
+        self._max_in_flight = max_in_flight
+        self._in_flight: list[Any] = []
+        self.dropped = 0
+
+    def log(self, metrics: Mapping[str, Any], step: int) -> None:
+        import ray
+
+        if len(self._in_flight) >= self._max_in_flight:
+            _, self._in_flight = ray.wait(self._in_flight, num_returns=len(self._in_flight), timeout=0)
+            if len(self._in_flight) >= self._max_in_flight:
+                self.dropped += 1
+                return
+        self._in_flight.append(self._sink.log.remote(dict(metrics), step, time.time()))

@@ -1,0 +1,126 @@
+"""Start or join Ray with exactly the resources a config reserves.
+
+Two traps this avoids:
+
+* On a 2-core machine a local Ray with ``num_cpus=2`` deadlocks: two Ray Train workers take both CPUs and the
+  rollout workers wait forever. Locally we therefore declare as many *logical* CPUs as the config reserves
+  (never fewer than the machine has). Over-committing is intended: env processes and actors mostly wait on
+  each other, and the OS shares the real cores.
+* On an existing cluster, an actor that asks for more than the cluster has stays PENDING with no error
+  (MineStudio's fate with undeclared custom resources). We compare the request with the cluster's resources
+  up front and fail in one line.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from craftrl.config.schema import OnlineConfig
+
+
+class ClusterResourceError(RuntimeError):
+    """The cluster cannot host what the config asks for."""
+
+
+@dataclass(frozen=True)
+class ResourceRequest:
+    cpus: float
+    gpus: float
+    breakdown: str
+
+    def describe(self) -> str:
+        return f"{self.cpus:g} CPU and {self.gpus:g} GPU ({self.breakdown})"
+
+
+def required_resources(config: OnlineConfig) -> ResourceRequest:
+    """Logical CPUs/GPUs every actor of a run reserves; small bookkeeping actors reserve 0 CPU."""
+    rollout, train = config.rollout_config, config.train_config
+    train_workers = train.num_workers  # 0 = learner in the driver, outside Ray's accounting
+    reader_groups = max(train.num_workers, 1)
+    parts = {
+        "rollout": (rollout.num_rollout_workers * rollout.num_cpus_per_worker,
+                    rollout.num_rollout_workers * rollout.num_gpus_per_worker),
+        "train": (train_workers * train.num_cpus_per_worker, train_workers * train.num_gpus_per_worker),
+        "readers": (reader_groups * train.num_readers * train.num_cpus_per_reader, 0.0),
+    }
+    if train.num_workers == 0 and train.num_gpus_per_worker > 0:
+        parts["train"] = (0.0, train.num_gpus_per_worker)
+    cpus = sum(c for c, _ in parts.values())
+    gpus = sum(g for _, g in parts.values())
+    breakdown = ", ".join(f"{name} {c:g} CPU" + (f"/{g:g} GPU" if g else "") for name, (c, g) in parts.items())
+    return ResourceRequest(cpus=cpus, gpus=gpus, breakdown=breakdown)
+
+
+def local_cpu_count(config: OnlineConfig, machine_cpus: int | None = None) -> int:
+    """Logical CPUs for a local Ray: what the config reserves, plus one spare, never below the machine's cores."""
+    if config.ray_config.num_cpus is not None:
+        return config.ray_config.num_cpus
+    machine_cpus = machine_cpus if machine_cpus is not None else (os.cpu_count() or 1)
+    return max(machine_cpus, math.ceil(required_resources(config).cpus) + 1)
+
+
+def check_cluster_resources(config: OnlineConfig, available: dict[str, float]) -> None:
+    """Raise ``ClusterResourceError`` (one line) when ``available`` cannot host the config's request."""
+    need = required_resources(config)
+    have_cpu, have_gpu = available.get("CPU", 0.0), available.get("GPU", 0.0)
+    if need.cpus > have_cpu + 1e-9 or need.gpus > have_gpu + 1e-9:
+        raise ClusterResourceError(
+            f"the Ray cluster has {have_cpu:g} CPU and {have_gpu:g} GPU, but the config reserves {need.describe()}; "
+            "lower num_*_per_worker / worker counts or add nodes")
+
+
+def ray_init(config: OnlineConfig | None = None, address: str | None = None, *,
+             include_dashboard: bool | None = None, machine_cpus: int | None = None,
+             **ray_kwargs: Any) -> dict[str, float]:
+    """Start a local Ray sized to ``config`` or join ``address`` and check it can host ``config``.
+
+    Returns the cluster's resources. Usage statistics are always off and the namespace is ``craftrl``.
+    """
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    import ray
+
+    config = config or OnlineConfig()
+    address = address if address is not None else config.ray_config.address
+    dashboard = config.ray_config.include_dashboard if include_dashboard is None else include_dashboard
+    if ray.is_initialized():
+        resources = ray.cluster_resources()
+        check_cluster_resources(config, resources)
+        return resources
+    if address:
+        try:
+            ray.init(address=address, namespace="craftrl", **ray_kwargs)
+        except ConnectionError as error:
+            raise ClusterResourceError(f"cannot connect to the Ray cluster at {address!r}: {error}") from None
+        resources = ray.cluster_resources()
+        try:
+            check_cluster_resources(config, resources)
+        except ClusterResourceError:
+            ray.shutdown()
+            raise
+        return resources
+    need = required_resources(config)
+    detected_gpus = _detected_gpus()
+    if need.gpus > detected_gpus:
+        raise ClusterResourceError(
+            f"the config reserves {need.describe()}, but this machine has {detected_gpus} GPU; "
+            "set rollout_config.num_gpus_per_worker and train_config.num_gpus_per_worker to 0")
+    memory_mb = config.ray_config.object_store_memory_mb
+    options = {"num_cpus": local_cpu_count(config, machine_cpus), "num_gpus": detected_gpus,
+               "include_dashboard": dashboard, "namespace": "craftrl",
+               "object_store_memory": memory_mb * (1 << 20) if memory_mb else None}
+    options.update(ray_kwargs)
+    ray.init(**options)
+    return ray.cluster_resources()
+
+
+def _detected_gpus() -> int:
+    try:
+        import torch
+
+        return torch.cuda.device_count()
+    except Exception:
+        return 0

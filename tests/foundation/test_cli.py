@@ -1,0 +1,45 @@
+"""The CLI as a user runs it: a real subprocess, exit codes and stderr."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+TESTS = Path(__file__).resolve().parents[1]
+SEED = str(TESTS / "config_fixtures" / "seed004.py")
+
+
+def craftrl(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "craftrl.cli.main", *args], capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_config_check_accepts_the_seed_004_module():
+    result = craftrl("config", "check", SEED)
+    assert result.returncode == 0, result.stderr
+    assert "valid" in result.stdout
+
+
+def test_config_check_rejects_a_misspelt_key_with_a_suggestion_and_no_traceback():
+    result = craftrl("config", "check", SEED, "train_config.learnin_rate=0.1")
+    assert result.returncode == 2
+    assert result.stderr.strip() == "craftrl: error: train_config.learnin_rate: unknown key; did you mean learning_rate?"
+    assert "Traceback" not in result.stderr
+
+
+def test_config_show_prints_the_resolved_config_with_overrides():
+    result = craftrl("config", "show", SEED, "train_config.learning_rate=3e-4")
+    assert result.returncode == 0, result.stderr
+    shown = yaml.safe_load(result.stdout)
+    assert shown["train_config"]["learning_rate"] == 3e-4
+    assert shown["rollout_config"]["worker_config"]["step_timeout"] == 60.0  # a default filled in
+
+
+def test_train_with_a_bad_config_fails_before_creating_anything(tmp_path: Path):
+    result = craftrl("train", SEED, f"output_root={tmp_path}", "rollout_config.fragment_length=0")
+    assert result.returncode == 2
+    assert "rollout_config.fragment_length: expected >= 1, got 0" in result.stderr
+    assert list(tmp_path.iterdir()) == []

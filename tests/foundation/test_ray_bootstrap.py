@@ -1,0 +1,84 @@
+"""Ray sizing: a 2-core machine gets enough logical CPUs; a too-small cluster fails fast in one line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from craftrl.config import build_config
+from craftrl.ray_bootstrap import ClusterResourceError, check_cluster_resources, local_cpu_count, required_resources
+
+BIG = {"rollout_config": {"num_rollout_workers": 2, "num_cpus_per_worker": 1},
+       "train_config": {"num_workers": 2, "num_readers": 4, "num_cpus_per_reader": 0.25}}
+
+
+def test_required_resources_add_up_every_reservation():
+    need = required_resources(build_config(BIG))
+    # rollout 2x1 + train 2x1 + readers 2 workers x 4 x 0.25
+    assert need.cpus == pytest.approx(6.0) and need.gpus == 0
+    local = required_resources(build_config({"train_config": {"num_workers": 0, "num_readers": 2}}))
+    assert local.cpus == pytest.approx(1.0)  # learner in the driver; readers reserve 0 CPU by default
+
+
+def test_local_cpu_count_never_starves_a_two_core_machine():
+    assert local_cpu_count(build_config(BIG), machine_cpus=2) == 7
+    assert local_cpu_count(build_config({}), machine_cpus=2) == 2
+    assert local_cpu_count(build_config({}), machine_cpus=16) == 16
+    assert local_cpu_count(build_config({"ray_config": {"num_cpus": 3}}), machine_cpus=2) == 3
+
+
+def test_cluster_check_names_what_is_missing():
+    with pytest.raises(ClusterResourceError, match=r"has 4 CPU and 0 GPU, but the config reserves 6 CPU"):
+        check_cluster_resources(build_config(BIG), {"CPU": 4.0})
+    with pytest.raises(ClusterResourceError, match="1 GPU"):
+        check_cluster_resources(build_config({"rollout_config": {"num_gpus_per_worker": 1.0}}), {"CPU": 8.0})
+    check_cluster_resources(build_config(BIG), {"CPU": 6.0})
+
+
+def _python(script: str, **kwargs) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(script)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, stdin=subprocess.PIPE, text=True, **kwargs)
+
+
+@pytest.mark.ray
+def test_ray_init_sizes_a_local_ray_on_two_cores():
+    """Real Ray, in a subprocess so it does not clash with the session's Ray fixture."""
+    process = _python(f"""
+        import ray
+        from craftrl.config import build_config
+        from craftrl.ray_bootstrap import ray_init
+        resources = ray_init(build_config({BIG!r}), machine_cpus=2, object_store_memory=200 << 20)
+        print("cpus", resources["CPU"], ray.get_runtime_context().namespace)
+    """)
+    out, err = process.communicate(timeout=180)
+    assert process.returncode == 0, err[-2000:]
+    assert "cpus 7.0 craftrl" in out
+
+
+@pytest.mark.ray
+def test_joining_a_cluster_too_small_for_the_config_fails_fast_in_one_line():
+    cluster = _python("""
+        import sys, ray
+        ray.init(num_cpus=1, include_dashboard=False, object_store_memory=100 << 20)
+        print(ray.get_runtime_context().gcs_address, flush=True)
+        sys.stdin.readline()
+    """)
+    try:
+        address = cluster.stdout.readline().strip()
+        assert address, cluster.stderr.read()[-2000:]
+        joiner = _python(f"""
+            from craftrl.config import build_config
+            from craftrl.ray_bootstrap import ray_init, ClusterResourceError
+            try:
+                ray_init(build_config({BIG!r}), address={address!r})
+            except ClusterResourceError as error:
+                print("rejected:", error)
+        """)
+        out, err = joiner.communicate(timeout=120)
+        assert joiner.returncode == 0, err[-2000:]
+        assert "rejected: the Ray cluster has 1 CPU and 0 GPU, but the config reserves 6 CPU" in out
+    finally:
+        cluster.communicate(input="\n", timeout=60)
