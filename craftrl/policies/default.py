@@ -1,0 +1,132 @@
+"""Built-in policies for the built-in tasks: a recurrent Impala CNN for pixels and a small MLP for vectors.
+
+Initialisation follows the PPO implementation-detail literature: orthogonal weights with gain sqrt(2) in
+hidden layers, 0.01 for the policy head (near-uniform initial policy), 1 for the value head, zero biases.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from craftrl.policies.base import Policy, as_first
+from craftrl.policies.heads import CategoricalHead, ValueHead
+from craftrl.policies.recurrent import ResettableRNN
+from craftrl.policies.state import State
+
+HIDDEN_GAIN = math.sqrt(2.0)
+
+
+def _orthogonal(module: nn.Module, gain: float = HIDDEN_GAIN) -> nn.Module:
+    nn.init.orthogonal_(module.weight, gain=gain)
+    if module.bias is not None:
+        nn.init.zeros_(module.bias)
+    return module
+
+
+class _ResidualBlock(nn.Module):
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.conv0 = _orthogonal(nn.Conv2d(channels, channels, 3, padding=1))
+        self.conv1 = _orthogonal(nn.Conv2d(channels, channels, 3, padding=1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.conv1(F.relu(self.conv0(F.relu(x))))
+
+
+class _DownStack(nn.Module):
+    def __init__(self, in_channels: int, out_channels: int, num_blocks: int = 2) -> None:
+        super().__init__()
+        self.conv = _orthogonal(nn.Conv2d(in_channels, out_channels, 3, padding=1))
+        self.blocks = nn.Sequential(*[_ResidualBlock(out_channels) for _ in range(num_blocks)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.max_pool2d(self.conv(x), kernel_size=3, stride=2, padding=1)
+        return self.blocks(x)
+
+
+class ImpalaEncoder(nn.Module):
+    """Impala-style CNN (Espeholt et al. 2018) from uint8 ``[N, H, W, C]`` images to a feature vector."""
+
+    def __init__(self, image_shape: tuple[int, int, int], channels: tuple[int, ...] = (16, 32, 32),
+                 out_features: int = 256) -> None:
+        super().__init__()
+        height, width, in_channels = image_shape
+        stacks = []
+        for out_channels in channels:
+            stacks.append(_DownStack(in_channels, out_channels))
+            in_channels = out_channels
+            height, width = (height + 1) // 2, (width + 1) // 2
+        self.stacks = nn.Sequential(*stacks)
+        self.dense = _orthogonal(nn.Linear(in_channels * height * width, out_features))
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        x = images.permute(0, 3, 1, 2).float().mul_(1.0 / 255.0)
+        x = self.stacks(x)
+        return F.relu(self.dense(F.relu(x).flatten(1)))
+
+
+class ImpalaRecurrentPolicy(Policy):
+    """Impala CNN -> MLP -> LSTM/GRU -> categorical action head + value head.
+
+    Input ``{"image": uint8 [B, T, H, W, 3]}``; action: long ``[B, T]`` in ``[0, num_actions)``.
+    """
+
+    def __init__(self, num_actions: int = 17, image_shape: tuple[int, int, int] = (64, 64, 3), *,
+                 channels: tuple[int, ...] = (16, 32, 32), hidden_size: int = 256, recurrent: str = "lstm",
+                 image_key: str = "image", value_beta: float = 0.999) -> None:
+        super().__init__()
+        self.image_key = image_key
+        self.encoder = ImpalaEncoder(tuple(image_shape), tuple(channels), hidden_size)
+        self.mlp = _orthogonal(nn.Linear(hidden_size, hidden_size))
+        self.core = ResettableRNN(hidden_size, hidden_size, kind=recurrent)
+        self.pi_head = CategoricalHead(hidden_size, num_actions, init_gain=0.01)
+        self.value_head = ValueHead(hidden_size, beta=value_beta, init_gain=1.0)
+
+    def initial_state(self, batch_size: int) -> State:
+        return self.core.initial_state(batch_size, self.device)
+
+    def forward(self, input: dict[str, torch.Tensor], state_in: State,  # noqa: A002
+                first: torch.Tensor | None = None) -> tuple[dict[str, Any], State]:
+        images = input[self.image_key]
+        batch, time = images.shape[:2]
+        first = as_first(first, batch, time, images.device)
+        features = self.encoder(images.reshape(batch * time, *images.shape[2:]))
+        features = F.relu(self.mlp(features)).reshape(batch, time, -1)
+        latent, state_out = self.core(features, state_in, first)
+        return {"pi_logits": self.pi_head(latent), "vpred": self.value_head(latent), "latent": latent}, state_out
+
+
+class MLPPolicy(Policy):
+    """Feed-forward tanh MLP for vector observations (CartPole-sized tasks); its state is empty ``{}``.
+
+    Input ``{"vector": float [B, T, D]}``; action: long ``[B, T]``. ``first`` is accepted and unused.
+    """
+
+    def __init__(self, obs_dim: int, num_actions: int, *, hidden_sizes: tuple[int, ...] = (64, 64),
+                 vector_key: str = "vector", value_beta: float = 0.999) -> None:
+        super().__init__()
+        self.vector_key = vector_key
+        layers: list[nn.Module] = []
+        in_features = obs_dim
+        for width in hidden_sizes:
+            layers += [_orthogonal(nn.Linear(in_features, width)), nn.Tanh()]
+            in_features = width
+        self.pi_body = nn.Sequential(*layers)
+        self.value_body = nn.Sequential(*[_orthogonal(nn.Linear(m.in_features, m.out_features))
+                                          if isinstance(m, nn.Linear) else nn.Tanh() for m in layers])
+        self.pi_head = CategoricalHead(in_features, num_actions, init_gain=0.01)
+        self.value_head = ValueHead(in_features, beta=value_beta, init_gain=1.0)
+
+    def initial_state(self, batch_size: int) -> State:
+        return {}
+
+    def forward(self, input: dict[str, torch.Tensor], state_in: State = None,  # noqa: A002
+                first: torch.Tensor | None = None) -> tuple[dict[str, Any], State]:
+        vector = input[self.vector_key].float()
+        return {"pi_logits": self.pi_head(self.pi_body(vector)),
+                "vpred": self.value_head(self.value_body(vector))}, {}

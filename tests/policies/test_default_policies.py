@@ -1,0 +1,159 @@
+"""Built-in default policies: contract shapes, chunked == step-by-step, resets, init, save/load."""
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+import torch
+
+from craftrl.policies import (
+    default_policy_generator,
+    make_policy_generator,
+    merge_states,
+    mlp_policy_generator,
+    split_state,
+    state_from_numpy,
+    state_to_numpy,
+)
+from craftrl.policies.checks import chunked_vs_stepwise_max_diff
+
+BATCH, TIME = 3, 7
+
+
+def _first_with_mid_episode_starts() -> torch.Tensor:
+    first = torch.zeros(BATCH, TIME, dtype=torch.bool)
+    first[0, 0] = True
+    first[0, 4] = True
+    first[1, 2] = True
+    first[2, 5] = True
+    first[2, 6] = True
+    return first
+
+
+def _images(seed: int = 0, size: int = 64) -> dict[str, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    return {"image": torch.randint(0, 256, (BATCH, TIME, size, size, 3), dtype=torch.uint8, generator=gen)}
+
+
+@pytest.fixture(scope="module", params=["lstm", "gru"])
+def impala_policy(request):
+    torch.manual_seed(0)
+    return default_policy_generator(recurrent=request.param).eval()
+
+
+def test_impala_parameter_count_in_range(impala_policy):
+    count = sum(p.numel() for p in impala_policy.parameters())
+    assert 1_000_000 <= count <= 3_000_000, count
+
+
+def test_impala_output_contract(impala_policy):
+    latents, state = impala_policy(input=_images(), state_in=impala_policy.initial_state(BATCH),
+                                   first=torch.zeros(BATCH, TIME, dtype=torch.bool))
+    assert latents["pi_logits"].shape == (BATCH, TIME, 17)
+    assert latents["vpred"].shape == (BATCH, TIME)
+    assert torch.allclose(latents["pi_logits"].exp().sum(-1), torch.ones(BATCH, TIME), atol=1e-5)
+    assert all(v.shape[0] == BATCH for v in state.values())
+
+
+def test_impala_chunked_equals_stepwise_with_mid_episode_starts(impala_policy):
+    gen = torch.Generator().manual_seed(1)
+    state_in = {k: torch.randn(v.shape, generator=gen) for k, v in impala_policy.initial_state(BATCH).items()}
+    diff = chunked_vs_stepwise_max_diff(impala_policy, _images(), _first_with_mid_episode_starts(), state_in)
+    assert diff <= 1e-5
+
+
+def test_impala_first_resets_state(impala_policy):
+    """A start must erase history: outputs after a reset don't depend on what came before."""
+    images = _images()
+    first = torch.zeros(BATCH, TIME, dtype=torch.bool)
+    first[:, 3] = True
+    out_a, _ = impala_policy(input=images, state_in=impala_policy.initial_state(BATCH), first=first)
+    other = _images(seed=5)
+    other["image"][:, 3:] = images["image"][:, 3:]
+    out_b, _ = impala_policy(input=other, state_in=impala_policy.initial_state(BATCH), first=first)
+    assert torch.allclose(out_a["pi_logits"][:, 3:], out_b["pi_logits"][:, 3:], atol=1e-6)
+    assert not torch.allclose(out_a["pi_logits"][:, :3], out_b["pi_logits"][:, :3], atol=1e-6)
+
+
+def test_impala_batch_rows_independent(impala_policy):
+    images, first = _images(), _first_with_mid_episode_starts()
+    full, _ = impala_policy(input=images, state_in=impala_policy.initial_state(BATCH), first=first)
+    row, _ = impala_policy(input={"image": images["image"][1:2]}, state_in=impala_policy.initial_state(1),
+                           first=first[1:2])
+    assert torch.allclose(full["pi_logits"][1:2], row["pi_logits"], atol=1e-5)
+
+
+def test_initialisation_follows_ppo_recipe():
+    policy = default_policy_generator()
+    head_weight = policy.pi_head.linear_layer.weight
+    # Orthogonal rows scaled by the gain: each row norm equals the gain when out <= in.
+    assert torch.allclose(head_weight.norm(dim=1), torch.full((17,), 0.01), atol=1e-5)
+    assert torch.allclose(policy.value_head.linear.weight.norm(), torch.tensor(1.0), atol=1e-5)
+    assert float(policy.pi_head.linear_layer.bias.detach().abs().max()) == 0.0
+    # Near-uniform initial policy.
+    with torch.no_grad():
+        latents, _ = policy(input=_images(), state_in=policy.initial_state(BATCH), first=None)
+    assert float(policy.pi_head.entropy(latents["pi_logits"]).min()) > np.log(17) - 0.01
+
+
+def test_act_returns_consistent_logp_and_denormalised_value(impala_policy):
+    policy = impala_policy
+    policy.value_head.normalizer.running_mean.fill_(5.0)
+    policy.value_head.normalizer.running_mean_sq.fill_(29.0)
+    policy.value_head.normalizer.debiasing_term.fill_(1.0)
+    try:
+        result = policy.act(_images(), policy.initial_state(BATCH), torch.zeros(BATCH, TIME, dtype=torch.bool))
+        assert result.action.shape == (BATCH, TIME) and result.action.dtype == torch.long
+        expected = policy.pi_head.logprob(result.action, result.latents["pi_logits"])
+        assert torch.equal(result.logp, expected)
+        assert torch.allclose(result.vpred, result.latents["vpred"] * 2.0 + 5.0, atol=1e-5)
+    finally:
+        policy.value_head.normalizer.reset()
+
+
+def test_state_numpy_round_trip_and_merge_split(impala_policy):
+    state = {k: torch.randn(v.shape) for k, v in impala_policy.initial_state(BATCH).items()}
+    per_row = split_state(state_to_numpy(state))
+    assert len(per_row) == BATCH and per_row[0]["h"].shape == (1, 256)
+    assert isinstance(per_row[0]["h"], np.ndarray)
+    merged = state_from_numpy(merge_states(per_row), impala_policy.device)
+    assert all(torch.equal(merged[k], state[k]) for k in state)
+
+
+def test_save_load_round_trip(impala_policy):
+    buffer = io.BytesIO()
+    impala_policy.value_head.update(torch.tensor([1.0, 2.0, 3.0]))
+    torch.save(impala_policy.state_dict(), buffer)
+    buffer.seek(0)
+    clone = default_policy_generator(recurrent=impala_policy.core.kind)
+    clone.load_state_dict(torch.load(buffer), strict=True)
+    clone.eval()
+    assert "value_head.normalizer.running_mean" in impala_policy.state_dict()
+    images, first = _images(), _first_with_mid_episode_starts()
+    a, _ = impala_policy(input=images, state_in=impala_policy.initial_state(BATCH), first=first)
+    b, _ = clone(input=images, state_in=clone.initial_state(BATCH), first=first)
+    assert torch.equal(a["pi_logits"], b["pi_logits"]) and torch.equal(a["vpred"], b["vpred"])
+    assert torch.equal(impala_policy.value_head.denormalize(a["vpred"]), clone.value_head.denormalize(b["vpred"]))
+    impala_policy.value_head.normalizer.reset()
+
+
+def test_mlp_policy_contract_and_chunking():
+    policy = mlp_policy_generator(obs_dim=4, num_actions=2)
+    vector = {"vector": torch.randn(BATCH, TIME, 4)}
+    latents, state = policy(input=vector, state_in=policy.initial_state(BATCH), first=None)
+    assert latents["pi_logits"].shape == (BATCH, TIME, 2) and latents["vpred"].shape == (BATCH, TIME)
+    assert state == {}
+    assert chunked_vs_stepwise_max_diff(policy, vector, _first_with_mid_episode_starts()) <= 1e-5
+    assert split_state(state, BATCH) == [{}, {}, {}]
+
+
+def test_generators_are_zero_argument_and_picklable():
+    import pickle
+
+    generator = make_policy_generator("default", recurrent="gru", hidden_size=64)
+    policy = pickle.loads(pickle.dumps(generator))()
+    assert policy.core.kind == "gru" and policy.core.hidden_size == 64
+    assert mlp_policy_generator().pi_head.num_actions == 2
+    with pytest.raises(KeyError):
+        make_policy_generator("nope")
