@@ -1,0 +1,384 @@
+"""``EnvPool``: a batch of supervised env processes that a rollout worker drives asynchronously.
+
+Protocol (one outstanding request per env; results arrive in completion order)::
+
+    pool = EnvPool(env_generator, num_envs=8, step_timeout_s=60, restart_interval_s=None)
+    pool.reset_all()                                  # every env answers with a from_reset result
+    while training:
+        results = pool.recv(min_count=4, timeout=None)   # blocks without spinning
+        actions = policy([r.obs for r in results])
+        pool.send([r.env_id for r in results], actions)
+
+Auto-reset: a step that ends an episode (terminated or truncated) yields ONE result carrying that
+step's ``reward``/``terminated``/``truncated``/``info``, the episode's last observation as
+``final_obs`` (the trainer bootstraps a truncation with its value), and as ``obs`` the first
+observation of the next episode (``first=True``, its reset info in ``reset_info``). Every result
+answers exactly one ``send`` except ``from_reset`` results, which answer ``reset_all``.
+
+Failures: if an env process dies, hangs past ``step_timeout_s`` (``start_timeout_s`` while it is
+being built), or raises, its process group is killed, a fresh env is built and reset, and the
+interrupted step comes back as ``truncated=True, reward=0.0, final_obs=None`` with
+``info["env_restarted"] = True`` (the trainer then bootstraps with the value of the last observation
+it has). ``restart_counts`` goes up. With ``restart_interval_s`` set, an env older than that is
+rebuilt at its next episode end; that does not count as a failure and the episode ends normally.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import time
+import weakref
+from dataclasses import dataclass, field
+from multiprocessing.connection import wait
+from typing import Any, Callable, Sequence
+
+import cloudpickle
+
+from craftrl.envs.env_process import EnvProcess
+
+logger = logging.getLogger(__name__)
+
+RESTART_REASONS = ("died", "timeout", "exception")
+
+
+class EnvPoolError(RuntimeError):
+    """An env cannot be kept running (its generator or reset keeps failing)."""
+
+
+@dataclass
+class EpisodeSummary:
+    """Statistics of a finished episode, as the pool saw it."""
+
+    episode_return: float
+    length: int
+    restarted: bool  # the episode was cut short by an env failure
+
+
+@dataclass
+class EnvResult:
+    """One env's answer to ``send`` (or to ``reset_all`` when ``from_reset``)."""
+
+    env_id: int
+    obs: dict[str, Any]  # what the policy acts on next (the reset obs after an episode end)
+    reward: float
+    terminated: bool
+    truncated: bool
+    info: dict[str, Any]  # the step's info; for from_reset results, the reset info
+    first: bool  # ``obs`` starts an episode: reset the recurrent state before acting on it
+    from_reset: bool = False  # answers reset_all: no action was consumed, reward is 0
+    final_obs: dict[str, Any] | None = None  # last obs of the ended episode; None if the env failed
+    reset_info: dict[str, Any] | None = None
+    episode: EpisodeSummary | None = None  # set when a step ended an episode
+    frames: list[Any] | None = None  # render() frames of a recorded episode, on its last result
+
+    @property
+    def done(self) -> bool:
+        return self.terminated or self.truncated
+
+
+@dataclass
+class _Slot:
+    env_id: int
+    process: EnvProcess | None = None
+    waiting_for: str | None = None  # "reset" | "step" | None (idle: waits for an action)
+    deadline: float = float("inf")
+    fresh: bool = True  # the process has not answered yet (it may still be building the env)
+    auto_reset_sent: bool = True
+    held_step: tuple | None = None  # an episode-ending step reply, held until its reset arrives
+    lost_step: bool = False  # the in-flight step died with its process
+    restart_reason: str | None = None
+    record_pending: bool = False
+    episode_return: float = 0.0
+    episode_length: int = 0
+    start_failures: int = 0
+    restarts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(RESTART_REASONS, 0))
+    recycles: int = 0
+
+
+def _kill_all(slots: list[_Slot]) -> None:
+    for slot in slots:
+        if slot.process is not None:
+            slot.process.kill()
+            slot.process = None
+
+
+class EnvPool:
+    """``num_envs`` envs from ``env_generator``, each in its own supervised process (spawn context).
+
+    ``env_generator`` is a zero-argument callable, pickled with cloudpickle (by reference when it is
+    importable, by value otherwise). ``restart_interval_s`` of None or 0 disables recycling.
+    """
+
+    def __init__(
+        self,
+        env_generator: Callable[[], Any],
+        num_envs: int,
+        *,
+        step_timeout_s: float = 60.0,
+        start_timeout_s: float = 300.0,
+        restart_interval_s: float | None = None,
+        max_start_failures: int = 3,
+        close_timeout_s: float = 5.0,
+    ) -> None:
+        if not callable(env_generator):
+            raise TypeError(f"EnvPool env_generator: expected a zero-argument callable, got {type(env_generator).__name__}")
+        if not isinstance(num_envs, int) or num_envs < 1:
+            raise ValueError(f"EnvPool num_envs: expected a positive int, got {num_envs!r}")
+        for name, value in (("step_timeout_s", step_timeout_s), ("start_timeout_s", start_timeout_s)):
+            if not value > 0:
+                raise ValueError(f"EnvPool {name}: expected a positive number of seconds, got {value!r}")
+        if restart_interval_s is not None and restart_interval_s < 0:
+            raise ValueError(f"EnvPool restart_interval_s: expected None, 0 (disabled) or seconds > 0, got {restart_interval_s!r}")
+        self.num_envs = num_envs
+        self.step_timeout_s = float(step_timeout_s)
+        self.start_timeout_s = float(start_timeout_s)
+        self.restart_interval_s = restart_interval_s or None
+        self.max_start_failures = int(max_start_failures)
+        self.close_timeout_s = float(close_timeout_s)
+        self._generator_bytes = cloudpickle.dumps(env_generator)
+        self._context = multiprocessing.get_context("spawn")
+        self._slots = [_Slot(env_id) for env_id in range(num_envs)]
+        self._results: list[EnvResult] = []
+        self._closed = False
+        self._finalizer = weakref.finalize(self, _kill_all, self._slots)
+        for slot in self._slots:  # build all envs in parallel, before the first reset is asked for
+            self._start_process(slot)
+
+    # ------------------------------------------------------------------ public API
+
+    def reset_all(self, seeds: Sequence[int | None] | None = None) -> None:
+        """Reset every env; each answers through ``recv`` with a ``from_reset=True, first=True`` result.
+
+        Only allowed while no request is outstanding (at start, or after all results were received).
+        """
+        self._check_open()
+        if seeds is not None and len(seeds) != self.num_envs:
+            raise ValueError(f"EnvPool.reset_all seeds: expected {self.num_envs} seeds, got {len(seeds)}")
+        busy = [slot.env_id for slot in self._slots if slot.waiting_for is not None]
+        if busy or self._results:
+            raise RuntimeError(f"EnvPool.reset_all: envs {busy or [r.env_id for r in self._results]} still have "
+                               "undelivered results; recv them first")
+        for slot in self._slots:
+            self._request_reset(slot, None if seeds is None else seeds[slot.env_id])
+
+    def send(self, env_ids: Sequence[int], actions: Sequence[Any]) -> None:
+        """Start one step on each of ``env_ids`` with the matching action; returns without waiting."""
+        self._check_open()
+        env_ids = [int(env_id) for env_id in env_ids]
+        if len(env_ids) != len(actions):
+            raise ValueError(f"EnvPool.send: got {len(env_ids)} env ids but {len(actions)} actions")
+        if len(set(env_ids)) != len(env_ids):
+            raise ValueError(f"EnvPool.send: env ids must be distinct, got {env_ids}")
+        for env_id in env_ids:
+            if not 0 <= env_id < self.num_envs:
+                raise ValueError(f"EnvPool.send: env id {env_id} out of range [0, {self.num_envs})")
+            if self._slots[env_id].waiting_for is not None:
+                raise RuntimeError(f"EnvPool.send: env {env_id} is still busy; send only to envs whose result you received")
+        for env_id, action in zip(env_ids, actions):
+            slot = self._slots[env_id]
+            assert slot.process is not None
+            slot.auto_reset_sent = not self._recycle_due(slot)
+            slot.waiting_for, slot.deadline = "step", time.monotonic() + self.step_timeout_s
+            slot.process.send(("step", action, slot.auto_reset_sent, slot.record_pending))
+
+    def recv(self, min_count: int = 1, timeout: float | None = None) -> list[EnvResult]:
+        """Block until at least ``min_count`` results are ready, then return every ready result.
+
+        With ``timeout`` (seconds), return whatever is ready when it expires (possibly nothing).
+        Envs that die, hang or raise meanwhile are restarted here, and their results still come.
+        """
+        self._check_open()
+        outstanding = sum(slot.waiting_for is not None for slot in self._slots) + len(self._results)
+        if min_count > outstanding:
+            raise ValueError(f"EnvPool.recv: min_count={min_count} but only {outstanding} results are outstanding "
+                             "(send actions first)")
+        give_up_at = float("inf") if timeout is None else time.monotonic() + timeout
+        while True:
+            self._poll(give_up_at if len(self._results) < min_count else time.monotonic())
+            if len(self._results) >= min_count or time.monotonic() >= give_up_at:
+                break
+        results, self._results = self._results, []
+        return results
+
+    def record_episode(self, env_id: int) -> None:
+        """Record the next episode that starts on ``env_id``: its result carries ``frames``."""
+        if not 0 <= env_id < self.num_envs:
+            raise ValueError(f"EnvPool.record_episode: env id {env_id} out of range [0, {self.num_envs})")
+        self._slots[env_id].record_pending = True
+
+    @property
+    def restart_counts(self) -> list[int]:
+        """Failures (death, hang, exception) per env since the pool started."""
+        return [sum(slot.restarts.values()) for slot in self._slots]
+
+    @property
+    def recycle_counts(self) -> list[int]:
+        """Planned ``restart_interval_s`` rebuilds per env (not failures)."""
+        return [slot.recycles for slot in self._slots]
+
+    def stats(self) -> dict[str, Any]:
+        totals = {reason: sum(slot.restarts[reason] for slot in self._slots) for reason in RESTART_REASONS}
+        return {"restarts": sum(totals.values()), "restarts_by_reason": totals,
+                "recycles": sum(self.recycle_counts), "restart_counts": self.restart_counts}
+
+    @property
+    def idle_env_ids(self) -> list[int]:
+        """Envs waiting for an action (their last result was delivered)."""
+        delivered = {result.env_id for result in self._results}
+        return [slot.env_id for slot in self._slots if slot.waiting_for is None and slot.env_id not in delivered]
+
+    def process_ids(self) -> list[int]:
+        """PIDs of the live env processes (each is also its process group id)."""
+        return [slot.process.pid for slot in self._slots if slot.process is not None]
+
+    def close(self) -> None:
+        """Ask every env to close, wait up to ``close_timeout_s`` in total, then kill every group."""
+        if self._closed:
+            return
+        self._closed = True
+        live = [slot.process for slot in self._slots if slot.process is not None]
+        asked = [process for process in live if process.send(("close",))]
+        give_up_at = time.monotonic() + self.close_timeout_s
+        pending = {process.sentinel: process for process in asked}
+        while pending and time.monotonic() < give_up_at:
+            for sentinel in wait(list(pending), timeout=max(0.0, give_up_at - time.monotonic())):
+                pending.pop(sentinel)
+        self._finalizer()
+
+    def __enter__(self) -> EnvPool:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ supervision
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("EnvPool: the pool is closed")
+
+    def _recycle_due(self, slot: _Slot) -> bool:
+        assert slot.process is not None
+        return self.restart_interval_s is not None and (
+            time.monotonic() - slot.process.started_at >= self.restart_interval_s)
+
+    def _start_process(self, slot: _Slot) -> None:
+        slot.process = EnvProcess(self._context, self._generator_bytes)
+        slot.fresh = True
+
+    def _request_reset(self, slot: _Slot, seed: int | None) -> None:
+        assert slot.process is not None
+        slot.waiting_for = "reset"
+        slot.deadline = (slot.process.started_at + self.start_timeout_s if slot.fresh
+                         else time.monotonic() + self.step_timeout_s)
+        slot.process.send(("reset", seed, slot.record_pending))
+
+    def _poll(self, give_up_at: float) -> None:
+        """Wait (blocking, no spinning) for replies, deaths or deadlines, and handle what happened."""
+        busy = [slot for slot in self._slots if slot.waiting_for is not None]
+        if not busy:
+            return
+        next_deadline = min(slot.deadline for slot in busy)
+        timeout = max(0.0, min(give_up_at, next_deadline) - time.monotonic())
+        by_handle: dict[Any, _Slot] = {}
+        for slot in busy:
+            assert slot.process is not None
+            by_handle[slot.process.conn] = slot
+            by_handle[slot.process.sentinel] = slot
+        ready = wait(list(by_handle), timeout=timeout)
+        for slot in {id(by_handle[handle]): by_handle[handle] for handle in ready}.values():
+            self._drain(slot)
+        now = time.monotonic()
+        for slot in busy:
+            if slot.waiting_for is not None and slot.deadline <= now:
+                self._restart(slot, "timeout", f"no {slot.waiting_for} reply within the timeout")
+
+    def _drain(self, slot: _Slot) -> None:
+        """Handle every message this env has sent; restart it if its process has died."""
+        process = slot.process
+        assert process is not None
+        try:
+            while slot.process is process and process.conn.poll():
+                self._handle(slot, process.conn.recv())
+        except (EOFError, OSError):  # the child closed its end: it is dead or dying
+            process.process.join(timeout=1.0)
+            self._restart(slot, "died", f"env process exited with code {process.process.exitcode}")
+            return
+        if slot.process is process and slot.waiting_for is not None and not process.process.is_alive():
+            self._restart(slot, "died", f"env process exited with code {process.process.exitcode}")
+
+    def _handle(self, slot: _Slot, message: tuple) -> None:
+        kind = message[0]
+        if kind == "error":
+            _, where, text = message
+            self._restart(slot, "exception", f"exception in {where}:\n{text}")
+        elif kind == "step" and slot.waiting_for == "step":
+            self._on_step(slot, *message[1:])
+        elif kind == "reset" and slot.waiting_for == "reset":
+            self._on_reset(slot, *message[1:])
+        else:
+            self._restart(slot, "exception", f"unexpected {kind!r} message while waiting for {slot.waiting_for!r}")
+
+    def _on_step(self, slot: _Slot, obs: Any, reward: float, terminated: bool, truncated: bool,
+                 info: dict, frames: list | None) -> None:
+        slot.fresh = False
+        slot.start_failures = 0
+        slot.episode_return += reward
+        slot.episode_length += 1
+        if not (terminated or truncated):
+            slot.waiting_for = None
+            self._results.append(EnvResult(slot.env_id, obs, reward, terminated, truncated, info, first=False))
+            return
+        slot.held_step = (obs, reward, terminated, truncated, info, frames)
+        if slot.auto_reset_sent:
+            slot.waiting_for, slot.deadline = "reset", time.monotonic() + self.step_timeout_s
+        else:
+            self._replace_process(slot)
+            slot.recycles += 1
+
+    def _on_reset(self, slot: _Slot, obs: Any, reset_info: dict, recording_started: bool) -> None:
+        slot.fresh = False
+        slot.start_failures = 0
+        slot.waiting_for = None
+        if recording_started:
+            slot.record_pending = False
+        restarted = slot.restart_reason is not None
+        episode = EpisodeSummary(slot.episode_return, slot.episode_length, restarted=slot.lost_step)
+        if slot.held_step is not None:
+            final_obs, reward, terminated, truncated, info, frames = slot.held_step
+            if restarted:
+                info = dict(info, env_restarted=True, restart_reason=slot.restart_reason)
+            result = EnvResult(slot.env_id, obs, reward, terminated, truncated, info, first=True,
+                               final_obs=final_obs, reset_info=reset_info, episode=episode, frames=frames)
+        elif slot.lost_step:
+            info = {"env_restarted": True, "restart_reason": slot.restart_reason}
+            result = EnvResult(slot.env_id, obs, 0.0, False, True, info, first=True,
+                               reset_info=reset_info, episode=episode)
+        else:
+            info = dict(reset_info, env_restarted=True, restart_reason=slot.restart_reason) if restarted else reset_info
+            result = EnvResult(slot.env_id, obs, 0.0, False, False, info, first=True, from_reset=True,
+                               reset_info=reset_info)
+        slot.held_step, slot.lost_step, slot.restart_reason = None, False, None
+        slot.episode_return, slot.episode_length = 0.0, 0
+        self._results.append(result)
+
+    def _restart(self, slot: _Slot, reason: str, detail: str) -> None:
+        """Kill the env's process group, count the failure, and build and reset a fresh env."""
+        slot.restarts[reason] += 1
+        if slot.waiting_for == "step":
+            slot.lost_step = True
+        slot.restart_reason = reason
+        logger.warning("env %d restarted (%s): %s", slot.env_id, reason, detail)
+        if slot.fresh:
+            slot.start_failures += 1
+            if slot.start_failures >= self.max_start_failures:
+                _kill_all([slot])
+                raise EnvPoolError(f"env {slot.env_id}: {slot.start_failures} fresh envs in a row failed before "
+                                   f"answering; last failure ({reason}): {detail}")
+        self._replace_process(slot)
+
+    def _replace_process(self, slot: _Slot) -> None:
+        _kill_all([slot])
+        self._start_process(slot)
+        self._request_reset(slot, None)
