@@ -185,3 +185,11 @@ class MetricsClient:
                 self.dropped += 1
                 return
         self._in_flight.append(self._sink.log.remote(dict(metrics), step, time.time()))
+
+    def flush(self, timeout: float | None = 30.0) -> int:
+        """Wait for calls in flight (e.g. before an actor exits); returns how many are still pending."""
+        import ray
+
+        if self._in_flight:
+            _, self._in_flight = ray.wait(self._in_flight, num_returns=len(self._in_flight), timeout=timeout)
+        return len(self._in_flight)

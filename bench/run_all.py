@@ -1,0 +1,61 @@
+"""Run every benchmark script and rebuild BENCHMARKS.md from their result sections.
+
+Each script writes its own section to bench/results/<name>.md (with the command that produced it) and
+prints its headline as its last line, ``P<n> <name>=<value>``. This runner only orchestrates: it runs the
+scripts one after another (never in parallel: they would share the 2 cores and skew each other) and
+concatenates the sections under a header with the machine and date.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+# Order matters only for reading: raw env speed first, then the parts, then end-to-end comparisons.
+SCRIPTS = ["env_throughput.py", "policy_inference.py", "replay_bytes.py", "sampler.py"]
+
+
+def main() -> int:
+    headlines, failures = [], []
+    for script in SCRIPTS:
+        path = BENCH / script
+        if not path.exists():
+            continue
+        print(f"== {script}", flush=True)
+        result = subprocess.run([sys.executable, str(path)], cwd=ROOT, capture_output=True, text=True)
+        sys.stdout.write(result.stdout[-4000:])
+        lines = result.stdout.strip().splitlines()
+        if result.returncode != 0 or not lines or not lines[-1].startswith("P"):
+            failures.append(script)
+            sys.stderr.write(result.stderr[-4000:])
+            continue
+        headlines.append(f"- `{script}`: {lines[-1]}")
+    write_benchmarks_md(headlines)
+    if failures:
+        print(f"benchmarks failed: {', '.join(failures)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def write_benchmarks_md(headlines: list[str]) -> None:
+    sections = [p.read_text().strip() for p in sorted((BENCH / "results").glob("*.md"))]
+    header = [
+        "# Benchmarks",
+        "",
+        "Rebuilt by `make bench` (`python bench/run_all.py`); each section names the command that produced it.",
+        f"Last full run: {datetime.date.today().isoformat()}, {os.cpu_count()} cores.",
+        "Numbers come from noisy shared 2-core VMs: compare ratios measured within one run, not across runs.",
+        "",
+    ]
+    if headlines:
+        header += ["## Headlines (last run)", "", *headlines, ""]
+    (ROOT / "BENCHMARKS.md").write_text("\n".join(header + sections) + "\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
