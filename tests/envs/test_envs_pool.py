@@ -1,0 +1,233 @@
+"""EnvPool with real spawned env processes: auto-reset semantics, supervision, recycling, recording."""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+
+import numpy as np
+import pytest
+
+from craftrl.envs import EnvPool, EnvPoolError, env_generator
+from craftrl.envs.testing import ScriptedEnv
+
+STEP_TIMEOUT_S = 1.5
+START_TIMEOUT_S = 30.0
+
+
+def is_running(pid: int) -> bool:
+    """True if ``pid`` is in the process table and not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            state = stat.read().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def wait_until_gone(pids: list[int], within_s: float = 5.0) -> list[int]:
+    """Pids still running after ``within_s`` (a killed orphan needs a moment to be reaped by init)."""
+    give_up_at = time.monotonic() + within_s
+    while time.monotonic() < give_up_at:
+        alive = [pid for pid in pids if is_running(pid)]
+        if not alive:
+            return []
+        time.sleep(0.05)
+    return [pid for pid in pids if is_running(pid)]
+
+
+def scripted_pool(num_envs: int = 1, **env_kwargs) -> EnvPool:
+    return EnvPool(functools.partial(ScriptedEnv, **env_kwargs), num_envs,
+                   step_timeout_s=STEP_TIMEOUT_S, start_timeout_s=START_TIMEOUT_S)
+
+
+def step_all(pool: EnvPool, results, action=0):
+    pool.send([r.env_id for r in results], [action] * len(results))
+    return sorted(pool.recv(len(results)), key=lambda r: r.env_id)
+
+
+def test_auto_reset_exposes_final_obs_and_delivers_the_reset_obs() -> None:
+    with scripted_pool(2, episode_length=3, end_with="truncated") as pool:
+        pool.reset_all(seeds=[10, 11])
+        results = sorted(pool.recv(2), key=lambda r: r.env_id)
+        assert [(r.env_id, r.from_reset, r.first, r.reward) for r in results] == [(0, True, True, 0.0), (1, True, True, 0.0)]
+        assert [r.info["seed"] for r in results] == [10, 11]
+        for t in (1, 2):
+            results = step_all(pool, results, action=7)
+            assert all(r.obs["t"] == t and not r.first and not r.done and r.final_obs is None for r in results)
+            assert results[0].info["action"] == 7
+        results = step_all(pool, results)
+        for result in results:
+            assert (result.terminated, result.truncated, result.first, result.from_reset) == (False, True, True, False)
+            assert result.reward == 1.0
+            assert result.final_obs["t"] == 3  # the last observation of the ended episode
+            assert result.obs["t"] == 0  # the first observation of the next one
+            assert result.info["t"] == 3 and result.reset_info["t"] == 0
+            assert result.reset_info["episode"] == result.info["episode"] + 1
+            assert (result.episode.episode_return, result.episode.length, result.episode.restarted) == (3.0, 3, False)
+            assert "env_restarted" not in result.info
+        assert pool.restart_counts == [0, 0]
+
+
+def test_api_misuse_is_rejected_with_clear_errors() -> None:
+    with scripted_pool(2) as pool:
+        pool.reset_all()
+        with pytest.raises(ValueError, match="only 2 results are outstanding"):
+            pool.recv(3)
+        results = pool.recv(2)
+        with pytest.raises(ValueError, match="2 env ids but 1 actions"):
+            pool.send([0, 1], [0])
+        with pytest.raises(ValueError, match="out of range"):
+            pool.send([5], [0])
+        pool.send([0], [0])
+        with pytest.raises(RuntimeError, match="env 0 is still busy"):
+            pool.send([0], [0])
+        with pytest.raises(RuntimeError, match="undelivered results"):
+            pool.reset_all()
+        assert len(pool.recv(1)) == 1 and results
+    with pytest.raises(TypeError, match="zero-argument callable"):
+        EnvPool("crafter/cows", 1)
+
+
+def test_recv_blocks_without_spinning_and_honours_its_timeout() -> None:
+    with scripted_pool(1, step_sleep_s=1.0) as pool:
+        pool.reset_all()
+        pool.recv(1)
+        pool.send([0], [0])
+        started = time.monotonic()
+        assert pool.recv(1, timeout=0.1) == []
+        assert time.monotonic() - started < 0.6
+        cpu_before = time.process_time()
+        [result] = pool.recv(1)
+        assert result.obs["t"] == 1
+        assert time.process_time() - cpu_before < 0.2  # blocked in wait(), not polling
+
+
+def test_envs_step_independently_while_others_wait_for_actions() -> None:
+    with scripted_pool(3, episode_length=100) as pool:
+        pool.reset_all()
+        pool.recv(3)
+        pool.send([0, 1], [0, 0])  # env 2 is left waiting, as if its inference were still running
+        first = pool.recv(2)
+        assert sorted(r.env_id for r in first) == [0, 1]
+        assert pool.idle_env_ids == [0, 1, 2]
+        pool.send([2, 0], [0, 0])
+        assert sorted(r.env_id for r in pool.recv(2)) == [0, 2]
+
+
+FAILURES = {
+    "os._exit in step": dict(fail_in="step", fail_mode="exit", fail_at=2),
+    "hang in step": dict(fail_in="step", fail_mode="hang", fail_at=2),
+    "raise in step": dict(fail_in="step", fail_mode="raise", fail_at=2),
+    "raise in reset": dict(fail_in="reset", fail_mode="raise", fail_at=2),
+}
+REASONS = {"os._exit in step": "died", "hang in step": "timeout", "raise in step": "exception",
+           "raise in reset": "exception"}
+
+
+@pytest.mark.parametrize("failure", list(FAILURES))
+def test_failed_env_is_restarted_counted_and_its_episode_truncated(failure: str) -> None:
+    # episode_length=2 ending in truncation: a reset failure strikes the auto-reset after step 2.
+    pool = scripted_pool(1, episode_length=2, end_with="truncated", spawn_child=True, **FAILURES[failure])
+    try:
+        pool.reset_all()
+        [result] = pool.recv(1)
+        old_pids = [result.info["pid"], result.info["child_pid"]]
+        assert all(is_running(pid) for pid in old_pids)
+        pool.send([0], [0])
+        [result] = pool.recv(1)
+        assert not result.done
+        pool.send([0], [0])
+        started = time.monotonic()
+        [result] = pool.recv(1)
+        took = time.monotonic() - started
+        assert result.info["env_restarted"] is True
+        assert result.info["restart_reason"] == REASONS[failure]
+        assert (result.terminated, result.truncated, result.first) == (False, True, True)
+        assert result.obs["t"] == 0  # the fresh env's reset observation
+        if failure == "raise in reset":  # the episode had ended by itself: its last step is kept
+            assert result.reward == 1.0 and result.final_obs["t"] == 2
+            assert result.episode.length == 2 and not result.episode.restarted
+        else:  # the step died with the env: nothing to report but the truncation
+            assert result.reward == 0.0 and result.final_obs is None
+            assert result.episode.length == 1 and result.episode.restarted
+        assert took < STEP_TIMEOUT_S + 10.0
+        if failure == "hang in step":
+            assert took >= STEP_TIMEOUT_S
+        assert pool.restart_counts == [1]
+        assert pool.stats()["restarts_by_reason"][REASONS[failure]] == 1
+        assert wait_until_gone(old_pids) == [], "the old env and its child must be killed"
+        pool.send([0], [0])  # the fresh env works
+        [result] = pool.recv(1)
+        assert result.obs["t"] == 1 and result.info["pid"] not in old_pids
+        new_pids = [result.info["pid"], result.info["child_pid"]]
+    finally:
+        pool.close()
+    assert wait_until_gone(new_pids) == [], "close() must kill every env process group"
+
+
+def test_generator_that_always_fails_raises_one_clear_error() -> None:
+    pool = EnvPool(functools.partial(ScriptedEnv, end_with="never"), 1, step_timeout_s=STEP_TIMEOUT_S,
+                   start_timeout_s=START_TIMEOUT_S, max_start_failures=2)
+    try:
+        pool.reset_all()
+        with pytest.raises(EnvPoolError, match="end_with: expected 'terminated' or 'truncated'"):
+            pool.recv(1)
+        assert pool.restart_counts == [2]
+    finally:
+        pool.close()
+
+
+def test_restart_interval_recycles_at_an_episode_boundary() -> None:
+    pool = EnvPool(functools.partial(ScriptedEnv, episode_length=3, step_sleep_s=0.05), 1,
+                   step_timeout_s=STEP_TIMEOUT_S, start_timeout_s=START_TIMEOUT_S, restart_interval_s=0.05)
+    try:
+        pool.reset_all()
+        [result] = pool.recv(1)
+        first_pid = result.info["pid"]
+        for t in (1, 2):  # the interval has passed, but recycling waits for the episode to end
+            pool.send([0], [0])
+            [result] = pool.recv(1)
+            assert result.obs["t"] == t and result.info["pid"] == first_pid
+        pool.send([0], [0])
+        [result] = pool.recv(1)
+        assert (result.terminated, result.truncated, result.reward) == (True, False, 1.0)
+        assert "env_restarted" not in result.info and result.final_obs["t"] == 3
+        assert result.reset_info["pid"] != first_pid
+        assert pool.recycle_counts == [1] and pool.restart_counts == [0]
+        assert wait_until_gone([first_pid]) == []
+    finally:
+        pool.close()
+
+
+def test_record_episode_returns_the_rendered_frames() -> None:
+    with scripted_pool(2, episode_length=4) as pool:
+        pool.record_episode(1)
+        pool.reset_all()
+        results = pool.recv(2)
+        for _ in range(4):
+            results = step_all(pool, results)
+        assert results[0].frames is None
+        frames = results[1].frames
+        assert [int(frame[0, 0, 0]) for frame in frames] == [0, 1, 2, 3, 4]
+        results = step_all(pool, results)  # recording stops after one episode
+        for _ in range(3):
+            results = step_all(pool, results)
+        assert results[1].done and results[1].frames is None
+
+
+def test_crafter_cows_in_env_processes() -> None:
+    with EnvPool(env_generator("crafter/cows", seed=3), 2, step_timeout_s=30, start_timeout_s=60) as pool:
+        pool.reset_all()
+        results = pool.recv(2)
+        pids = pool.process_ids()
+        assert len(pids) == 2 and os.getpid() not in pids
+        rng = np.random.default_rng(0)
+        for _ in range(20):
+            pool.send([r.env_id for r in results], list(rng.integers(0, 17, size=len(results))))
+            results = pool.recv(1)
+            for result in results:
+                assert result.obs["image"].shape == (64, 64, 3) and result.obs["image"].dtype == np.uint8
+                assert result.info["cows_killed"] >= 0
+    assert wait_until_gone(pids) == []
