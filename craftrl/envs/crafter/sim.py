@@ -79,9 +79,9 @@ class CrafterSim:
             self._game._seed = int(seed)
             self._game._episode = 0
             self.rng = np.random.default_rng(int(seed))
-        self._game.reset()
+        obs = {"image": self._game.reset()}
         self.step_count = 0
-        obs, info = self.observe(), self._base_info()
+        info = self._base_info()
         for callback in self.callbacks:
             obs, info = callback.after_reset(self, obs, info)
         self._last_obs = obs
@@ -94,11 +94,11 @@ class CrafterSim:
         for callback in self.callbacks:
             action = callback.before_step(self, action)
         action = self._validate_action(action)
-        _, reward, done, crafter_info = self._game.step(action)
+        image, reward, done, crafter_info = self._game.step(action)
         self.step_count += 1
         terminated = bool(crafter_info["discount"] == 0.0)
         truncated = bool(done and not terminated)
-        obs = self.observe()
+        obs = {"image": image}
         info = self._base_info(crafter_info)
         reward = float(reward)
         for callback in self.callbacks:

@@ -1,0 +1,100 @@
+"""Benchmark: raw env steps/s with uniformly random actions, resets included.
+
+Measures one env stepped in this process, then ``EnvPool`` with N = 1, 2, 4 env processes driven the
+way a rollout worker drives them (answer each result with a new action as soon as it arrives). The
+pool figures include the pipe round trips and the supervision, so N=1 in a process vs in-process
+shows the process overhead, and N=2 vs N=1 shows how well the cores are used. Writes a markdown
+section to bench/results/env_throughput.md; the last printed line is
+``P0 env_steps_per_s=<2-process figure>``.
+
+    .venv/bin/python bench/env_throughput.py [--task crafter/cows] [--seconds 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import time
+from pathlib import Path
+
+import numpy as np
+
+from craftrl.envs import EnvPool, env_generator, make
+
+RESULTS = Path(__file__).resolve().parent / "results" / "env_throughput.md"
+NUM_ACTIONS = 17
+
+
+def in_process(task: str, seconds: float) -> tuple[float, int]:
+    env = make(task, seed=0)
+    rng = np.random.default_rng(0)
+    env.reset()
+    steps = episodes = 0
+    started = time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        _, _, terminated, truncated, _ = env.step(int(rng.integers(NUM_ACTIONS)))
+        steps += 1
+        if terminated or truncated:
+            env.reset()
+            episodes += 1
+    env.close()
+    return steps / (time.perf_counter() - started), episodes
+
+
+def in_pool(task: str, num_envs: int, seconds: float) -> tuple[float, int]:
+    rng = np.random.default_rng(0)
+    with EnvPool(env_generator(task, seed=0), num_envs, step_timeout_s=60, start_timeout_s=120) as pool:
+        pool.reset_all()
+        results = pool.recv(num_envs)  # env start-up is not timed
+        steps = episodes = 0
+        started = time.perf_counter()
+        while time.perf_counter() - started < seconds:
+            pool.send([r.env_id for r in results], [int(a) for a in rng.integers(NUM_ACTIONS, size=len(results))])
+            results = pool.recv(1)
+            steps += len(results)
+            episodes += sum(r.done for r in results)
+        elapsed = time.perf_counter() - started
+        pool.recv(num_envs - len(results))  # let the in-flight steps finish before closing
+    return steps / elapsed, episodes
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--task", default="crafter/cows")
+    parser.add_argument("--seconds", type=float, default=8.0)
+    args = parser.parse_args()
+
+    rows = []
+    rate, episodes = in_process(args.task, args.seconds)
+    rows.append(("1 env, in-process", rate, episodes))
+    print(f"in-process: {rate:.0f} steps/s ({episodes} episodes)", flush=True)
+    pool_rates = {}
+    for num_envs in (1, 2, 4):
+        rate, episodes = in_pool(args.task, num_envs, args.seconds)
+        pool_rates[num_envs] = rate
+        rows.append((f"EnvPool, {num_envs} env process{'es' if num_envs > 1 else ''}", rate, episodes))
+        print(f"{num_envs} processes: {rate:.0f} steps/s ({episodes} episodes)", flush=True)
+
+    command = f".venv/bin/python bench/env_throughput.py --task {args.task} --seconds {args.seconds:g}"
+    lines = [
+        "## Env throughput (`bench/env_throughput.py`)",
+        "",
+        f"`{command}`, {datetime.date.today().isoformat()}, {os.cpu_count()} cores ({platform.processor() or platform.machine()}),"
+        " shared with other jobs: treat as ±20 %.",
+        "",
+        f"Task `{args.task}`, uniformly random actions, resets counted in the time, {args.seconds:g} s per row.",
+        "",
+        "| setup | env steps/s | episodes ended |",
+        "|---|---:|---:|",
+        *[f"| {name} | {rate:.0f} | {episodes} |" for name, rate, episodes in rows],
+        "",
+    ]
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text("\n".join(lines))
+    print(f"P0 env_steps_per_s={pool_rates[2]:.1f}")
+
+
+if __name__ == "__main__":
+    main()
