@@ -1,0 +1,276 @@
+"""The rollout loop: supervised env processes, batched inference, per-env fragment cutting.
+
+``RolloutLoop`` is a plain class (the Ray actor in ``craftrl.rollout.actors`` is a thin shell around it), so
+its bookkeeping is tested with real env processes but without Ray.
+
+One ``step()``:
+
+1. swap in pending weights, if any -- only here, between forward passes, so every step is stamped with
+   the version that really acted;
+2. wait (blocking, no spinning) until ``batch_size`` envs have answered, take them;
+3. close their previous step in the cutters (reward, terminated/truncated, truncation bootstrap value);
+4. one forward pass for the group, sample actions, send them -- those envs step while the next group is
+   being inferred, which is where env time and inference time overlap;
+5. hand finished fragments to ``emit`` (the worker's bounded send queue: it blocks when full).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from craftrl.envs import EnvPool, EnvResult
+from craftrl.policies.state import merge_states, split_state, state_to_numpy
+from craftrl.rollout.cutter import FragmentCutter
+from craftrl.rollout.fragment import Fragment
+
+
+@dataclass
+class EpisodeRecord:
+    """One finished episode, for the episode statistics."""
+
+    env_id: str
+    episode_return: float
+    length: int
+    discounted_return: float
+    metrics: dict[str, float]
+    env_restarted: bool
+    version: int
+
+
+@dataclass
+class WeightsUpdate:
+    version: int
+    state_dict: dict[str, torch.Tensor]
+
+
+@dataclass
+class _EnvTrack:
+    cutter: FragmentCutter
+    state: Any
+    last_vpred: float = 0.0
+    discounted: float = 0.0
+    discount_power: float = 1.0
+    pending_action: bool = False  # an action was sent and its result is outstanding
+    recording: dict[str, Any] | None = None
+
+
+@dataclass
+class LoopTimers:
+    """Seconds spent per activity, so the status can say where rollout time goes."""
+
+    env_wait: float = 0.0
+    inference: float = 0.0
+    emit_wait: float = 0.0
+    steps: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+    def as_dict(self) -> dict[str, float]:
+        return {"env_wait_s": self.env_wait, "inference_s": self.inference, "emit_wait_s": self.emit_wait,
+                "env_steps": float(self.steps), "elapsed_s": time.monotonic() - self.started}
+
+
+def episode_metrics(info: dict[str, Any]) -> dict[str, float]:
+    """Numeric task metrics from an episode's last info: top-level scalars and one level of dicts of scalars."""
+    metrics = {}
+    for key, value in info.items():
+        if isinstance(value, dict):
+            for sub, inner in value.items():
+                if _is_scalar(inner):
+                    metrics[f"{key}/{sub}"] = float(inner)
+        elif _is_scalar(value):
+            metrics[key] = float(value)
+    return metrics
+
+
+def _is_scalar(value: Any) -> bool:
+    if isinstance(value, (bool, np.bool_)):
+        return False
+    return isinstance(value, (int, float, np.integer, np.floating))
+
+
+def _obs_batch(observations: list[dict[str, Any]], device: torch.device) -> dict[str, torch.Tensor]:
+    """Stack numeric observation entries into ``[B, 1, ...]`` tensors (non-numeric entries are skipped)."""
+    batch = {}
+    for key, value in observations[0].items():
+        array = np.asarray(value)
+        if array.dtype.kind not in "biuf":
+            continue
+        stacked = np.stack([np.asarray(obs[key]) for obs in observations])
+        batch[key] = torch.from_numpy(stacked).unsqueeze(1).to(device)
+    return batch
+
+
+def _action_rows(action: Any, count: int) -> list[Any]:
+    """Per-env actions from a batched ``[B, 1, ...]`` action (tensor or dict of tensors), as numpy."""
+    if isinstance(action, dict):
+        parts = {key: value[:, 0].cpu().numpy() for key, value in action.items()}
+        return [{key: value[i] for key, value in parts.items()} for i in range(count)]
+    array = action[:, 0].cpu().numpy()
+    return [array[i] for i in range(count)]
+
+
+class RolloutLoop:
+    """Steps ``num_envs`` env processes with a policy, cutting fragments of ``fragment_length`` steps."""
+
+    def __init__(self, env_generator: Callable[[], Any], policy: torch.nn.Module, *, num_envs: int,
+                 batch_size: int, fragment_length: int, emit: Callable[[Fragment], None],
+                 on_episode: Callable[[EpisodeRecord], None] | None = None,
+                 on_video: Callable[[dict[str, Any], list[Any]], None] | None = None,
+                 discount: float = 0.99, step_timeout: float = 60.0, reset_timeout: float = 300.0,
+                 restart_interval: float | None = None, worker_name: str = "w0", seed: int | None = None,
+                 initial_version: int = -1) -> None:
+        if not 1 <= batch_size <= num_envs:
+            raise ValueError(f"batch_size: expected 1 <= batch_size <= num_envs ({num_envs}), got {batch_size}")
+        self.policy = policy.eval()
+        self.device = policy.device if hasattr(policy, "device") else torch.device("cpu")
+        self.batch_size = batch_size
+        self.emit = emit
+        self.on_episode = on_episode or (lambda record: None)
+        self.on_video = on_video or (lambda label, frames: None)
+        self.discount = discount
+        self.version = initial_version
+        self.timers = LoopTimers()
+        self.fragments_emitted = 0
+        self._pending_weights: WeightsUpdate | None = None
+        self._weights_lock = threading.Lock()
+        self._video_label: dict[str, Any] | None = None
+        incarnation = uuid.uuid4().hex[:8]  # a recreated worker must never continue an old chain of indices
+        self.pool = EnvPool(env_generator, num_envs, step_timeout_s=step_timeout, start_timeout_s=reset_timeout,
+                            restart_interval_s=restart_interval)
+        self.tracks = [
+            _EnvTrack(FragmentCutter(f"{worker_name}.{incarnation}/env{i}", fragment_length),
+                      policy.initial_state(1))
+            for i in range(num_envs)
+        ]
+        self._ready: list[EnvResult] = []
+        seeds = None if seed is None else [seed * 10_007 + i for i in range(num_envs)]
+        self.pool.reset_all(seeds)
+
+    # ---------------------------------------------------------------- control from other threads
+
+    def set_weights(self, version: int, state_dict: dict[str, torch.Tensor]) -> None:
+        """Queue new weights; they replace the current ones before the next forward pass (latest wins)."""
+        with self._weights_lock:
+            self._pending_weights = WeightsUpdate(int(version), state_dict)
+
+    def request_video(self, label: dict[str, Any]) -> None:
+        """Record the next episode that starts on env 0; ``label`` names the file (iteration, version)."""
+        self._video_label = dict(label)
+        self.pool.record_episode(0)
+
+    # ---------------------------------------------------------------- the loop
+
+    def step(self, timeout: float | None = None) -> int:
+        """Run one inference group; returns the number of env steps it consumed (0 on timeout)."""
+        self._apply_pending_weights()
+        started = time.monotonic()
+        missing = self.batch_size - len(self._ready)
+        if missing > 0:
+            self._ready.extend(self.pool.recv(min_count=missing, timeout=timeout))
+        self.timers.env_wait += time.monotonic() - started
+        if len(self._ready) < self.batch_size:
+            return 0
+        group, self._ready = self._ready[:self.batch_size], self._ready[self.batch_size:]
+        finished = sum(1 for result in group if not result.from_reset)
+        self._close_steps(group)
+        started = time.monotonic()
+        actions, fragments = self._act(group)
+        self.timers.inference += time.monotonic() - started
+        self.pool.send([result.env_id for result in group], actions)
+        for fragment in fragments:
+            started = time.monotonic()
+            self.emit(fragment)
+            self.timers.emit_wait += time.monotonic() - started
+            self.fragments_emitted += 1
+        self.timers.steps += finished
+        return finished
+
+    def close(self) -> None:
+        self.pool.close()
+
+    def stats(self) -> dict[str, Any]:
+        return {**self.timers.as_dict(), **self.pool.stats(), "version": self.version,
+                "fragments_emitted": self.fragments_emitted}
+
+    # ---------------------------------------------------------------- internals
+
+    def _apply_pending_weights(self) -> None:
+        with self._weights_lock:
+            update, self._pending_weights = self._pending_weights, None
+        if update is not None:
+            self.policy.load_state_dict(update.state_dict)
+            self.version = update.version
+
+    def _close_steps(self, group: list[EnvResult]) -> None:
+        """Give each env's previous step its outcome; report finished episodes."""
+        bootstrap = self._truncation_values(group)
+        for result in group:
+            track = self.tracks[result.env_id]
+            if result.from_reset:
+                continue
+            track.cutter.end_step(result.reward, result.terminated, result.truncated,
+                                  bootstrap.get(result.env_id))
+            track.discounted += track.discount_power * result.reward
+            track.discount_power *= self.discount
+            if result.done:
+                self._finish_episode(result, track)
+
+    def _truncation_values(self, group: list[EnvResult]) -> dict[int, float]:
+        """Value of the final observation of each truncated episode, from the state the episode reached.
+
+        Envs that failed (no final observation) get ``None`` here, and the cutter falls back to the value
+        of the last observation the policy saw.
+        """
+        rows = [r for r in group if r.truncated and r.final_obs is not None and not r.from_reset]
+        if not rows:
+            return {}
+        with torch.no_grad():
+            state = merge_states([self.tracks[r.env_id].state for r in rows])
+            first = torch.zeros(len(rows), 1, dtype=torch.bool, device=self.device)
+            latents, _ = self.policy(input=_obs_batch([r.final_obs for r in rows], self.device),
+                                     state_in=state, first=first)
+            values = self.policy.value_head.denormalize(latents["vpred"])[:, 0].cpu().numpy()
+        return {r.env_id: float(v) for r, v in zip(rows, values)}
+
+    def _finish_episode(self, result: EnvResult, track: _EnvTrack) -> None:
+        summary = result.episode
+        self.on_episode(EpisodeRecord(
+            env_id=track.cutter.env_id,
+            episode_return=summary.episode_return if summary else float("nan"),
+            length=summary.length if summary else 0,
+            discounted_return=track.discounted,
+            metrics=episode_metrics(result.info),
+            env_restarted=bool(result.info.get("env_restarted", False)),
+            version=self.version,
+        ))
+        track.discounted, track.discount_power = 0.0, 1.0
+        if result.frames is not None and self._video_label is not None:
+            self.on_video(self._video_label, result.frames)
+            self._video_label = None
+
+    def _act(self, group: list[EnvResult]) -> tuple[list[Any], list[Fragment]]:
+        tracks = [self.tracks[result.env_id] for result in group]
+        states_in = [track.state for track in tracks]
+        first = torch.tensor([[result.first] for result in group], dtype=torch.bool, device=self.device)
+        with torch.no_grad():
+            out = self.policy.act(_obs_batch([result.obs for result in group], self.device),
+                                  merge_states(states_in), first)
+        actions = _action_rows(out.action, len(group))
+        logp = out.logp[:, 0].cpu().numpy()
+        vpred = out.vpred[:, 0].cpu().numpy()
+        states_out = split_state(out.state_out, len(group))
+        fragments = []
+        for i, (result, track) in enumerate(zip(group, tracks)):
+            closed = track.cutter.begin_step(result.obs, result.first, actions[i], logp[i], vpred[i], self.version,
+                                             state_in=lambda s=states_in[i]: state_to_numpy(s))
+            if closed is not None:
+                fragments.append(closed)
+            track.state = states_out[i]
+        return actions, fragments

@@ -1,0 +1,119 @@
+"""The rollout loop with real env processes: every fragment field lines up with what the env did."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+import torch
+
+from craftrl.envs.testing import ScriptedEnv
+from craftrl.rollout.cutter import FragmentCutter
+from craftrl.rollout.testing import CountingPolicy
+from craftrl.rollout.worker import RolloutLoop
+
+
+def collect(env_generator, *, num_envs=2, batch_size=1, fragment_length=4, fragments=6, **kwargs):
+    out, episodes = [], []
+    loop = RolloutLoop(env_generator, CountingPolicy(), num_envs=num_envs, batch_size=batch_size,
+                       fragment_length=fragment_length, emit=out.append, on_episode=episodes.append, **kwargs)
+    try:
+        while len(out) < fragments:
+            loop.step(timeout=30)
+        return out, episodes, loop.stats()
+    finally:
+        loop.close()
+
+
+def by_env(fragments):
+    grouped = {}
+    for fragment in fragments:
+        grouped.setdefault(fragment.env_id, []).append(fragment)
+    return grouped
+
+
+def test_fragment_fields_line_up_with_the_scripted_env():
+    env = functools.partial(ScriptedEnv, episode_length=5, end_with="terminated")
+    fragments, episodes, _ = collect(env, num_envs=2, batch_size=1, fragment_length=4, fragments=8)
+    grouped = by_env(fragments)
+    assert len(grouped) == 2
+    for env_id, chain in grouped.items():
+        assert [f.index for f in chain] == list(range(len(chain)))
+        t = np.concatenate([f.obs["t"] for f in chain])
+        # the scripted env's observation counts steps within an episode of 5 steps: 0 1 2 3 4 0 1 ...
+        np.testing.assert_array_equal(t, np.arange(len(t)) % 5)
+        first = np.concatenate([f.first for f in chain])
+        np.testing.assert_array_equal(first, t == 0)
+        terminated = np.concatenate([f.terminated for f in chain])
+        np.testing.assert_array_equal(terminated, t == 4)  # the action on obs t=4 ends the episode
+        assert not np.concatenate([f.truncated for f in chain]).any()
+        np.testing.assert_array_equal(np.concatenate([f.reward for f in chain]), 1.0)
+        # the counting policy's value is the steps since the episode began: state carried and reset right
+        np.testing.assert_array_equal(np.concatenate([f.vpred for f in chain]), t)
+        for f, following in zip(chain, chain[1:]):
+            assert f.next_obs["t"] == following.obs["t"][0]
+            assert f.next_first == following.first[0]
+        for f in chain:
+            f.validate()
+            assert f.state_in.shape == (1, 1)
+            # stored state_in is the state that entered step 0 (the count of the previous step)
+            expected = 0 if f.index == 0 else chain[f.index - 1].vpred[-1] + 1
+            assert f.state_in[0, 0] == expected
+            np.testing.assert_allclose(f.logp, np.log(0.5), rtol=1e-6)
+            assert (f.version == -1).all()
+    assert all(e.episode_return == 5.0 and e.length == 5 for e in episodes)
+    assert episodes[0].discounted_return == pytest.approx(sum(0.99 ** k for k in range(5)))
+
+
+def test_truncation_is_kept_apart_and_bootstrapped_with_the_final_observation_value():
+    env = functools.partial(ScriptedEnv, episode_length=3, end_with="truncated")
+    fragments, _, _ = collect(env, num_envs=1, batch_size=1, fragment_length=6, fragments=2)
+    f = fragments[0]
+    np.testing.assert_array_equal(f.obs["t"], [0, 1, 2, 0, 1, 2])
+    np.testing.assert_array_equal(f.truncated, [False, False, True, False, False, True])
+    assert not f.terminated.any()
+    # the final observation (t=3) comes after 3 counted steps: value 3 from the carried state
+    np.testing.assert_array_equal(f.final_vpred[[2, 5]], [3.0, 3.0])
+    assert np.isnan(f.final_vpred[[0, 1, 3, 4]]).all()
+
+
+def test_new_weights_apply_between_forward_passes_and_are_stamped():
+    fragments = []
+    loop = RolloutLoop(functools.partial(ScriptedEnv, episode_length=50), CountingPolicy(), num_envs=2,
+                       batch_size=2, fragment_length=3, emit=fragments.append)
+    try:
+        for _ in range(3):
+            loop.step(timeout=30)
+        weights = dict(CountingPolicy().state_dict(), action_scores=torch.tensor([0.0, 50.0]))  # ~always action 1
+        loop.set_weights(7, weights)
+        for _ in range(9):
+            loop.step(timeout=30)
+    finally:
+        loop.close()
+    versions = np.concatenate([f.version for f in fragments])
+    assert set(versions.tolist()) == {-1, 7}
+    actions = np.concatenate([f.action for f in fragments])
+    assert (actions[versions == 7] == 1).all()
+    # versions never go back in time within a chain
+    for f in fragments:
+        assert (np.diff(f.version) >= 0).all()
+
+
+def test_env_restart_closes_the_episode_as_truncated():
+    env = functools.partial(ScriptedEnv, episode_length=100, fail_in="step", fail_mode="raise", fail_at=3)
+    fragments, episodes, stats = collect(env, num_envs=1, batch_size=1, fragment_length=4, fragments=2)
+    steps = np.concatenate([f.truncated for f in fragments])
+    assert steps[2], "the step whose env raised must close the episode as truncated"
+    assert stats["restarts"] >= 1
+    assert episodes[0].env_restarted
+    assert fragments[0].final_vpred[2] == fragments[0].vpred[2]  # no final obs: fall back to V(o_t)
+
+
+def test_cutter_refuses_out_of_order_events():
+    cutter = FragmentCutter("e", 2)
+    with pytest.raises(RuntimeError, match="end_step without a pending action"):
+        cutter.end_step(0.0, False, False)
+    cutter.begin_step({"x": np.zeros(1)}, True, 0, 0.0, 0.0, 0, state_in=None)
+    with pytest.raises(RuntimeError, match="before the previous step's env result"):
+        cutter.begin_step({"x": np.zeros(1)}, False, 0, 0.0, 0.0, 0, state_in=None)
