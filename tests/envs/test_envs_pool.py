@@ -231,3 +231,33 @@ def test_crafter_cows_in_env_processes() -> None:
                 assert result.obs["image"].shape == (64, 64, 3) and result.obs["image"].dtype == np.uint8
                 assert result.info["cows_killed"] >= 0
     assert wait_until_gone(pids) == []
+
+
+ORPHAN_SCRIPT = """
+import functools, os, sys
+from craftrl.envs import EnvPool
+from craftrl.envs.testing import ScriptedEnv
+
+if __name__ == "__main__":
+    pool = EnvPool(functools.partial(ScriptedEnv, fail_in="step", fail_mode="hang", spawn_child=True), 2)
+    pool.reset_all()
+    results = pool.recv(2)
+    pool.send([0], [0])  # env 0 now hangs inside step; env 1 idles
+    pids = [pid for r in results for pid in (r.info["pid"], r.info["child_pid"])]
+    print(" ".join(map(str, pids)), flush=True)
+    {ending}
+"""
+
+
+@pytest.mark.parametrize("ending", ["os._exit(0)", "sys.exit(0)"])
+def test_no_env_process_outlives_its_parent(tmp_path, ending: str) -> None:
+    """A rollout worker that dies (os._exit) or exits without close() leaves no env or child behind."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "orphan.py"
+    script.write_text(ORPHAN_SCRIPT.format(ending=ending))
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    pids = [int(pid) for pid in result.stdout.split()]
+    assert len(pids) == 4, result.stderr
+    assert wait_until_gone(pids, within_s=8.0) == []
