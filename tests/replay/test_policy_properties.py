@@ -1,0 +1,103 @@
+"""Property tests: random interleavings of add / sample / version bumps / corrupt reports against the rules."""
+from __future__ import annotations
+
+from collections import Counter
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from craftrl.replay.policy import REMOVAL_REASONS, BufferPolicy, FragmentMeta
+
+limits = st.fixed_dictionaries({
+    "max_chunks": st.integers(1, 6),
+    "max_reuse": st.integers(1, 3),
+    "max_staleness": st.integers(0, 3),
+    "fragments_per_chunk": st.integers(1, 3),
+    "read_grace_samples": st.integers(1, 3),
+    "fragments_per_report": st.integers(1, 5),
+    "seed": st.integers(0, 2**32),
+})
+# add: env, index step (0 repeats, 1 continues, 2 skips, -1 goes back), versions behind the trainer
+add_op = st.tuples(st.just("add"), st.sampled_from("abc"), st.sampled_from([1, 1, 1, 1, 1, 1, 0, 2, -1]),
+                   st.sampled_from([0, 0, 0, 0, 1, 2, 4]))
+sample_op = st.tuples(st.just("sample"), st.sampled_from([1, 1, 2, 3]))
+version_op = st.tuples(st.just("version"), st.sampled_from([0, 1, 1, 2]))
+corrupt_op = st.tuples(st.just("corrupt"), st.integers(0, 10**6))
+# Weighted so that buffers fill, samples succeed and chunks age: 8 adds : 4 samples : 2 bumps : 1 corruption.
+op_kinds = {"add": add_op, "sample": sample_op, "version": version_op, "corrupt": corrupt_op}
+weighted_kinds = st.sampled_from(["add"] * 8 + ["sample"] * 4 + ["version"] * 2 + ["corrupt"])
+ops = st.lists(weighted_kinds.flatmap(op_kinds.__getitem__), min_size=30, max_size=150)
+
+
+def run(limit_values: dict, operations: list) -> list:
+    """Apply the operations, checking every invariant after each one; return the samples drawn."""
+    policy = BufferPolicy(**limit_values)
+    max_chunks, max_reuse = limit_values["max_chunks"], limit_values["max_reuse"]
+    max_staleness, per_chunk = limit_values["max_staleness"], limit_values["fragments_per_chunk"]
+    grace = limit_values["read_grace_samples"]
+    next_index = Counter()
+    added_ids: list[int] = []
+    times_sampled: Counter = Counter()
+    sample_history: list[list] = []  # descriptors of each successful sample call
+    deleted: set[int] = set()
+    samples = []
+    for op in operations:
+        before = policy.chunk_ids()
+        if op[0] == "add":
+            _, env, step, lag = op
+            next_index[env] += step
+            fragment_id = len(added_ids)
+            added_ids.append(fragment_id)
+            policy.add(FragmentMeta(fragment_id, env, next_index[env], policy.version - lag))
+            after = policy.chunk_ids()
+            evicted = [c for c in before if c not in after]
+            assert evicted == before[: len(evicted)], "capacity eviction must take the oldest chunks first"
+        elif op[0] == "sample":
+            n = min(op[1], max_chunks)
+            fresh = policy.fresh_chunk_count()
+            descriptors = policy.sample(n)
+            assert (descriptors is None) == (fresh < n)
+            if descriptors is not None:
+                sample_history.append(descriptors)
+                samples.append([(d.chunk_id, d.fragment_ids) for d in descriptors])
+                assert len({d.chunk_id for d in descriptors}) == n, "no chunk twice in one sample"
+                for d in descriptors:
+                    times_sampled[d.chunk_id] += 1
+                    assert times_sampled[d.chunk_id] == d.use_count <= max_reuse
+                    assert d.staleness == policy.version - min(d.versions) <= max_staleness
+                    assert len(d.fragment_ids) == per_chunk and len({d.env_id}) == 1
+                    assert list(d.indices) == list(range(d.indices[0], d.indices[0] + per_chunk))
+        elif op[0] == "version":
+            policy.update_version(policy.version + op[1])
+        else:
+            if added_ids:
+                policy.remove_fragments([added_ids[op[1] % len(added_ids)]])
+        assert policy.num_chunks <= max_chunks
+        assert policy.chunk_ids() == sorted(policy.chunk_ids()), "chunks stay in admission order"
+        counts = policy.accounting()
+        assert counts["unaccounted"] == 0
+        assert counts["added"] == len(added_ids)
+        assert counts["added"] == counts["in_chunks"] + counts["in_open_chunks"] + sum(
+            counts[f"removed_{r}"] for r in REMOVAL_REASONS)
+        # Nothing still readable by contract is handed out for deletion, and nothing twice.
+        freed = policy.take_deletable()
+        assert not deleted.intersection(freed) and len(set(freed)) == len(freed)
+        deleted.update(freed)
+        protected = {i for ds in sample_history[-grace:] for d in ds for i in d.fragment_ids}
+        live = {f.fragment_id for c in policy._chunks.values() for f in c.fragments}
+        assert not deleted & (protected | live)
+    counts = policy.accounting()
+    assert len(deleted) + counts["awaiting_delete"] + counts["in_chunks"] + counts["in_open_chunks"] == len(added_ids)
+    return samples
+
+
+@settings(max_examples=300, deadline=None)
+@given(limits, ops)
+def test_random_operation_sequences_keep_every_invariant(limit_values, operations):
+    run(limit_values, operations)
+
+
+@settings(max_examples=50, deadline=None)
+@given(limits, ops)
+def test_sampling_is_deterministic_for_a_seed(limit_values, operations):
+    assert run(limit_values, operations) == run(limit_values, operations)
