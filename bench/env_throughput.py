@@ -66,6 +66,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=8.0)
     args = parser.parse_args()
 
+    load_before = os.getloadavg()[0]
     rows = []
     rate, episodes = in_process(args.task, args.seconds)
     rows.append(("1 env, in-process", rate, episodes))
@@ -82,9 +83,11 @@ def main() -> None:
         "## Env throughput (`bench/env_throughput.py`)",
         "",
         f"`{command}`, {datetime.date.today().isoformat()}, {os.cpu_count()} cores ({platform.processor() or platform.machine()}),"
-        " shared with other jobs: treat as ±20 %.",
+        " shared with other jobs: repeated runs differed by up to 2×.",
         "",
-        f"Task `{args.task}`, uniformly random actions, resets counted in the time, {args.seconds:g} s per row.",
+        f"Task `{args.task}`, uniformly random actions, resets counted in the time, {args.seconds:g} s per row. "
+        f"1-minute load average {load_before:.1f} before / {os.getloadavg()[0]:.1f} after: with other jobs on the "
+        "machine, more env processes also win a larger share of the CPU, so N=4 can beat N=2 even on 2 cores.",
         "",
         "| setup | env steps/s | episodes ended |",
         "|---|---:|---:|",
