@@ -65,6 +65,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
 
+    load_before = os.getloadavg()[0]
     rows, p0 = [], None
     for name, build, key, shape in _candidates():
         policy = build().eval()
@@ -85,6 +86,8 @@ def main() -> None:
         f"{platform.processor() or platform.machine()}; {os.cpu_count()} cores visible, "
         f"torch threads {args.threads}; machine shared with other jobs (numbers are noisy, median of "
         f"{args.repeats} x {args.seconds:g} s)",
+        f"- 1-min load average before/after: {load_before:.2f} / {os.getloadavg()[0]:.2f} "
+        f"(above ~{os.cpu_count() - 1} the run shared its cores with other jobs; read the max column then)",
         "- target: default policy >= 1000 frames/s", "",
         "| policy | params | median frames/s | min | max |", "|---|---|---|---|---|",
     ]

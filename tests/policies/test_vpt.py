@@ -104,6 +104,8 @@ def test_save_load_round_trip_through_official_files(small_vpt, tmp_path):
     save_vpt_policy(small_vpt, tmp_path / "p.model", tmp_path / "p.weights")
     loaded = load_vpt_policy(tmp_path / "p.model", tmp_path / "p.weights").eval()
     assert loaded.config == small_vpt.config and loaded.temperature == small_vpt.temperature
+    assert all(p.requires_grad and not p.is_meta for p in loaded.parameters())  # trainable after meta build
+    assert int(loaded.pi_head.camera_on.sum()) == 4320
     images, first = _images(2, 3), torch.zeros(2, 3, dtype=torch.bool)
     with torch.no_grad():
         a, _ = small_vpt(input=images, state_in=small_vpt.initial_state(2), first=first)
