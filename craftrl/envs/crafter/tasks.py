@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from craftrl.envs.crafter.callbacks import JudgeResetCallback, RewardsCallback, SummonMobsCallback
 from craftrl.envs.crafter.sim import CrafterSim
 
