@@ -48,14 +48,15 @@ class StoreLayout:
     path: str
     num_shards: int
     map_size_per_shard: int
+    compression_level: int = 3
 
 
 def expected_store_bytes(max_fragments: int, max_fragment_bytes: int) -> int:
     return max_fragments * max_fragment_bytes
 
 
-def create_store(path: str | os.PathLike, num_shards: int, max_fragments: int,
-                 max_fragment_bytes: int) -> StoreLayout:
+def create_store(path: str | os.PathLike, num_shards: int, max_fragments: int, max_fragment_bytes: int,
+                 compression_level: int = 3) -> StoreLayout:
     """Clear any earlier store at ``path`` and lay out a fresh one sized for ``max_fragments`` records."""
     root = Path(path).expanduser().resolve()
     needed = expected_store_bytes(max_fragments, max_fragment_bytes)
@@ -71,7 +72,7 @@ def create_store(path: str | os.PathLike, num_shards: int, max_fragments: int,
         )
     per_shard = math.ceil(_MAP_SLACK * needed / num_shards) + 16 * _MIB
     per_shard = -(-per_shard // os.sysconf("SC_PAGE_SIZE")) * os.sysconf("SC_PAGE_SIZE")
-    layout = StoreLayout(str(root), num_shards, per_shard)
+    layout = StoreLayout(str(root), num_shards, per_shard, compression_level)
     (root / MANIFEST).write_text(json.dumps(asdict(layout), indent=2))
     for shard in range(num_shards):
         lmdb.open(str(_shard_dir(root, shard)), map_size=per_shard, subdir=True).close()
@@ -113,34 +114,58 @@ def _key(fragment_id: int) -> bytes:
     return fragment_id.to_bytes(8, "big")
 
 
-class FragmentStore:
-    """Open handle on every shard of a store, for one process. Not shared across processes (reopen instead)."""
+# py-lmdb refuses to open one environment twice in a process, and a process may hold a writer and a reader
+# (local mode), so environments are shared per process and closed with their last user.
+_SHARED_ENVS: dict[str, list] = {}  # shard dir -> [environment, users]
 
-    def __init__(self, layout: StoreLayout, readonly: bool = False) -> None:
+
+def _acquire_env(directory: Path, map_size: int) -> lmdb.Environment:
+    key = str(directory)
+    if key not in _SHARED_ENVS:
+        env = lmdb.open(key, map_size=map_size, subdir=True, create=False, sync=False, metasync=False,
+                        readahead=False, max_readers=1024, max_spare_txns=4)
+        _SHARED_ENVS[key] = [env, 0]
+    _SHARED_ENVS[key][1] += 1
+    return _SHARED_ENVS[key][0]
+
+
+def _release_env(env: lmdb.Environment) -> None:
+    for key, entry in list(_SHARED_ENVS.items()):
+        if entry[0] is env:
+            entry[1] -= 1
+            if entry[1] == 0:
+                del _SHARED_ENVS[key]
+                env.close()
+            return
+
+
+class FragmentStore:
+    """Handle on every shard of a store, for one process (reopen in each process; never pickle it)."""
+
+    def __init__(self, layout: StoreLayout) -> None:
         self.layout = layout
         root = Path(layout.path)
+        self._envs: list[lmdb.Environment] = []
         try:
-            self._envs = [
-                lmdb.open(str(_shard_dir(root, shard)), map_size=layout.map_size_per_shard, subdir=True,
-                          readonly=readonly, create=False, sync=False, metasync=False, readahead=False,
-                          max_readers=1024, max_spare_txns=4)
-                for shard in range(layout.num_shards)
-            ]
+            for shard in range(layout.num_shards):
+                self._envs.append(_acquire_env(_shard_dir(root, shard), layout.map_size_per_shard))
         except lmdb.Error as error:
+            self.close()
             raise ReplayStoreError(f"cannot open replay store at {root}: {error}") from error
 
     @classmethod
-    def open(cls, path: str | os.PathLike, readonly: bool = False) -> "FragmentStore":
+    def open(cls, path: str | os.PathLike) -> "FragmentStore":
         """Open an existing store as it is (nothing is cleared)."""
-        return cls(read_layout(path), readonly=readonly)
+        return cls(read_layout(path))
 
     def _env(self, fragment_id: int) -> lmdb.Environment:
         return self._envs[fragment_id % len(self._envs)]
 
-    def put(self, fragment_id: int, record: bytes) -> None:
+    def put(self, fragment_id: int, record: bytes, overwrite: bool = True) -> bool:
+        """Store ``record``; with ``overwrite=False`` keep an existing record and return False."""
         try:
             with self._env(fragment_id).begin(write=True) as txn:
-                txn.put(_key(fragment_id), record)
+                return txn.put(_key(fragment_id), record, overwrite=overwrite)
         except lmdb.MapFullError as error:
             raise ReplayStoreError(
                 f"replay store shard for fragment {fragment_id} is full ({self.layout.map_size_per_shard} bytes): "
@@ -179,7 +204,7 @@ class FragmentStore:
 
     def close(self) -> None:
         for env in self._envs:
-            env.close()
+            _release_env(env)
         self._envs = []
 
     def __enter__(self) -> "FragmentStore":

@@ -20,7 +20,7 @@ def test_reopening_the_store_returns_identical_bytes(tmp_path, make_fragment):
         for fragment_id, record in records.items():
             store.put(fragment_id, record)
         assert store.count() == len(records)
-    with FragmentStore.open(tmp_path / "db", readonly=True) as reopened:
+    with FragmentStore.open(tmp_path / "db") as reopened:
         assert sorted(reopened.ids()) == sorted(records)
         for fragment_id, record in records.items():
             assert reopened.get(fragment_id) == record

@@ -1,0 +1,156 @@
+"""The named Ray actor that owns the buffer's index: a thin async shell around :class:`BufferPolicy`.
+
+Fragment payloads never pass through it: writers put records into the LMDB store themselves and send only
+:class:`FragmentMeta`; readers get :class:`ChunkDescriptor` ids and read the store themselves. The actor does
+the bookkeeping, waits for enough fresh chunks, and deletes records that nobody will read again, on a
+background thread so the event loop never blocks on disk (MineStudio deleted synchronously in ``__del__``).
+
+At start it clears the store at ``database_config.path`` (see :mod:`craftrl.replay.store` for why).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Sequence
+
+from craftrl.replay.config import BufferSettings
+from craftrl.replay.policy import BufferPolicy, ChunkDescriptor, FragmentMeta
+from craftrl.replay.store import FragmentStore, StoreLayout, create_store
+
+DEFAULT_NAME = "replay_buffer"
+logger = logging.getLogger(__name__)
+
+
+class ReplayBufferActor:
+    """Run as a Ray actor through :func:`start_replay_buffer`; every public method is called remotely."""
+
+    def __init__(self, settings: BufferSettings) -> None:
+        store = settings.store
+        self._layout = create_store(store.path, store.num_shards, settings.max_live_fragments,
+                                    store.max_fragment_bytes, store.compression_level)
+        self._store = FragmentStore(self._layout)
+        self._policy = BufferPolicy.from_settings(settings)
+        self._deleter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="replay-delete")
+        self._pending_deletes: set[asyncio.Future] = set()
+        self._changed: asyncio.Condition | None = None  # created on the actor's event loop
+        self._report_clock = time.monotonic()
+        self._latest_report: dict[str, float] = {}
+        self._reports = 0
+
+    def _condition(self) -> asyncio.Condition:
+        if self._changed is None:
+            self._changed = asyncio.Condition()
+        return self._changed
+
+    async def layout(self) -> StoreLayout:
+        """How writers and readers open the store."""
+        return self._layout
+
+    async def add_fragments(self, metas: Sequence[FragmentMeta]) -> None:
+        """Register fragments whose records the caller has already put into the store."""
+        report_due = False
+        for meta in metas:
+            report_due |= self._policy.add(meta)
+        if report_due:
+            self._report()
+        self._delete_released()
+        async with self._condition():
+            self._condition().notify_all()
+
+    async def sample_chunks(self, n_chunks: int, timeout_s: float = 600.0) -> list[ChunkDescriptor]:
+        """``n_chunks`` distinct fresh chunks; wait for rollouts up to ``timeout_s``, then raise TimeoutError."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        condition = self._condition()
+        async with condition:
+            while True:
+                descriptors = self._policy.sample(n_chunks)
+                self._delete_released()
+                if descriptors is not None:
+                    return descriptors
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    raise TimeoutError(
+                        f"sample_chunks({n_chunks}): only {self._policy.fresh_chunk_count()} fresh chunks after "
+                        f"{timeout_s:.0f} s (buffer holds {self._policy.num_chunks}, trainer version "
+                        f"{self._policy.version}); are rollout workers adding fragments?")
+                try:
+                    await asyncio.wait_for(condition.wait(), remaining)
+                except asyncio.TimeoutError:
+                    pass
+
+    async def update_version(self, version: int) -> None:
+        """The trainer's current policy version; chunks more than ``max_staleness`` behind are dropped."""
+        self._policy.update_version(version)
+        self._delete_released()
+
+    async def report_corrupt(self, fragment_ids: Sequence[int]) -> int:
+        """A reader could not decode these records: drop their chunks. Returns fragments removed."""
+        removed = self._policy.remove_fragments(fragment_ids, "corrupt")
+        logger.warning("replay buffer: dropped %d fragments of chunks with unreadable records %s", removed,
+                       list(fragment_ids))
+        self._delete_released()
+        return removed
+
+    async def metrics(self) -> dict[str, float]:
+        """Current metrics without restarting the report window."""
+        return self._policy.metrics(reset_window=False)
+
+    async def latest_report(self) -> dict[str, float]:
+        """The metrics of the last report (one every ``fragments_per_report`` added fragments)."""
+        return dict(self._latest_report)
+
+    async def accounting(self) -> dict[str, int]:
+        """Where every added fragment is; after :meth:`flush_deletes`, ``store_records`` matches the rest."""
+        counts = self._policy.accounting()
+        counts["store_records"] = self._store.count()
+        return counts
+
+    async def flush_deletes(self) -> None:
+        """Wait for pending deletions; for tests and orderly shutdown."""
+        while self._pending_deletes:
+            await asyncio.gather(*list(self._pending_deletes))
+
+    def _report(self) -> None:
+        now = time.monotonic()
+        metrics = self._policy.metrics(reset_window=True)
+        metrics["replay/fragments_per_second"] = metrics["replay/window_fragments_added"] / max(
+            now - self._report_clock, 1e-9)
+        self._report_clock = now
+        self._latest_report = metrics
+        self._reports += 1
+        logger.info("replay buffer report %d: %s", self._reports, metrics)
+
+    def _delete_released(self) -> None:
+        fragment_ids = self._policy.take_deletable()
+        if not fragment_ids:
+            return
+        future = asyncio.get_running_loop().run_in_executor(self._deleter, self._store.delete_many, fragment_ids)
+        self._pending_deletes.add(future)
+        future.add_done_callback(self._delete_done)
+
+    def _delete_done(self, future: asyncio.Future) -> None:
+        self._pending_deletes.discard(future)
+        if not future.cancelled() and future.exception() is not None:
+            logger.error("replay buffer: deleting records failed: %s", future.exception())
+
+
+def start_replay_buffer(settings: BufferSettings, name: str = DEFAULT_NAME, num_cpus: float = 0.0,
+                        **options: Any):
+    """Create the named buffer actor (it clears the store) and wait until it is ready; return its handle."""
+    import ray
+
+    try:
+        ray.get_actor(name)
+    except ValueError:
+        pass
+    else:
+        raise ValueError(f"a replay buffer actor named {name!r} already exists in this Ray namespace; connect to "
+                         f"it with ray.get_actor({name!r}) or kill it before starting a new one")
+    remote_class = ray.remote(ReplayBufferActor)
+    handle = remote_class.options(name=name, num_cpus=num_cpus, **options).remote(settings)
+    ray.get(handle.layout.remote())  # surfaces a store error (disk too small, foreign directory) here
+    return handle

@@ -1,0 +1,45 @@
+"""Reading chunks from the store without Ray, including a corrupted record the buffer must survive."""
+from __future__ import annotations
+
+from craftrl.replay.codec import encode_fragment
+from craftrl.replay.policy import BufferPolicy, FragmentMeta
+from craftrl.replay.reader import ChunkReader
+from craftrl.replay.store import FragmentStore, create_store
+
+
+def test_corrupted_record_is_reported_clearly_and_the_buffer_carries_on(tmp_path, make_fragment):
+    layout = create_store(tmp_path, num_shards=2, max_fragments=16, max_fragment_bytes=1 << 16)
+    store = FragmentStore(layout)
+    policy = BufferPolicy(max_chunks=8, max_reuse=10, fragments_per_chunk=2)
+    originals = {}
+    for env in ("a", "b", "c"):
+        for index in range(2):
+            fragment = make_fragment(env_id=env, index=index, seed=len(originals))
+            fragment_id = 100 + len(originals)
+            originals[fragment_id] = encode_fragment(fragment)
+            store.put(fragment_id, originals[fragment_id])
+            policy.add(FragmentMeta(fragment_id, env, index, fragment.min_version))
+    damaged = bytearray(originals[103])
+    damaged[-20] ^= 0xFF
+    store.put(103, bytes(damaged))
+
+    reader = ChunkReader(layout)
+    results = {r.descriptor.env_id: r for r in map(reader.read, policy.sample(3))}
+    assert not results["b"].ok and results["b"].bad_fragment_id == 103
+    assert "fragment 103" in results["b"].error and "checksum mismatch" in results["b"].error
+    for env in ("a", "c"):
+        assert results[env].ok
+        assert [f.index for f in results[env].fragments] == [0, 1]
+        for fragment_id, fragment in zip(results[env].descriptor.fragment_ids, results[env].fragments):
+            assert encode_fragment(fragment) == originals[fragment_id]  # lossless through the store
+
+    assert policy.remove_fragments([results["b"].bad_fragment_id]) == 2
+    for _ in range(5):
+        assert {d.env_id for d in policy.sample(2)} == {"a", "c"}
+    assert policy.accounting()["unaccounted"] == 0
+
+    store.delete_many([100])
+    missing = reader.read(next(d for d in policy.sample(2) if d.env_id == "a"))
+    assert not missing.ok and "not in the replay store" in missing.error
+    reader.close()
+    store.close()
