@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 
@@ -16,6 +17,13 @@ def ray_session():
     """A local Ray runtime with 4 logical CPUs (over-committed on purpose: actors mostly wait)."""
     import ray
 
+    # Test modules are not importable inside Ray workers, so classes and functions defined in them
+    # (test actors, generators) must travel by value.
+    tests_dir = os.path.dirname(os.path.abspath(__file__))
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None) or ""
+        if path.startswith(tests_dir) and module.__name__ != __name__:
+            ray.cloudpickle.register_pickle_by_value(module)
     if not ray.is_initialized():
         ray.init(num_cpus=4, include_dashboard=False, object_store_memory=1 << 30,
                  namespace="craftrl-tests", log_to_driver=False)

@@ -70,9 +70,12 @@ class LoopTimers:
     emit_wait: float = 0.0
     steps: int = 0
     started: float = field(default_factory=time.monotonic)
+    emit_blocked_since: float | None = None  # set while the loop waits on a full send queue
 
     def as_dict(self) -> dict[str, float]:
-        return {"env_wait_s": self.env_wait, "inference_s": self.inference, "emit_wait_s": self.emit_wait,
+        blocked = self.emit_blocked_since
+        emit_wait = self.emit_wait + (time.monotonic() - blocked if blocked is not None else 0.0)
+        return {"env_wait_s": self.env_wait, "inference_s": self.inference, "emit_wait_s": emit_wait,
                 "env_steps": float(self.steps), "elapsed_s": time.monotonic() - self.started}
 
 
@@ -185,8 +188,9 @@ class RolloutLoop:
         self.timers.inference += time.monotonic() - started
         self.pool.send([result.env_id for result in group], actions)
         for fragment in fragments:
-            started = time.monotonic()
+            self.timers.emit_blocked_since = started = time.monotonic()
             self.emit(fragment)
+            self.timers.emit_blocked_since = None
             self.timers.emit_wait += time.monotonic() - started
             self.fragments_emitted += 1
         self.timers.steps += finished

@@ -1,0 +1,270 @@
+"""Ray actor shells: ``RolloutWorker`` around ``RolloutLoop``; ``RolloutManager`` owning the workers.
+
+Threads inside a worker actor (``max_concurrency`` lets Ray run its methods beside them):
+
+* the rollout thread runs ``RolloutLoop.step`` forever;
+* the sender thread drains the bounded send queue into the fragment sink (the replay buffer); when the
+  sink is slow the queue fills and the rollout thread waits in ``put`` -- backpressure, never a drop;
+* Ray's method threads handle ``update_weights`` (fetches the weights, then queues them for the loop, which
+  swaps them between forward passes), ``request_video`` and ``status``.
+
+The manager checks its workers every ``health_interval`` seconds and recreates a dead or broken one
+(counted), handing it the latest weights so it does not act with stale ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import queue
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from craftrl.config.schema import OnlineConfig
+from craftrl.config.validate import build_config
+from craftrl.rollout.fragment import Fragment
+from craftrl.rollout.video import video_filename, write_mp4_in_background
+from craftrl.rollout.worker import EpisodeRecord, RolloutLoop
+
+logger = logging.getLogger(__name__)
+
+
+def rollout_device(num_gpus: float) -> torch.device:
+    """The worker's GPU when it reserved one and CUDA exists, else the CPU (MineStudio hard-codes cuda)."""
+    return torch.device("cuda") if num_gpus > 0 and torch.cuda.is_available() else torch.device("cpu")
+
+
+class RolloutWorker:
+    """Body of the rollout worker actor. ``fragment_sink`` is an actor with ``add_fragment(fragment)``."""
+
+    def __init__(self, worker_name: str, env_generator: Callable[[], Any], policy_generator: Callable[[], Any],
+                 config: dict[str, Any], fragment_sink: Any, statistics: Any = None, seed: int | None = None,
+                 weights: tuple[int, Any] | None = None):
+        online: OnlineConfig = build_config(config)
+        rollout, worker_cfg = online.rollout_config, online.rollout_config.worker_config
+        self.name = worker_name
+        self.sink = fragment_sink
+        self.statistics = statistics
+        self.video_dir = Path(worker_cfg.video_output_dir)
+        self.video_fps = worker_cfg.video_fps
+        self.device = rollout_device(rollout.num_gpus_per_worker)
+        if rollout.num_cpus_per_worker >= 1:
+            torch.set_num_threads(int(rollout.num_cpus_per_worker))
+        policy = policy_generator().to(self.device)
+        self.send_queue: queue.Queue[Fragment] = queue.Queue(maxsize=rollout.to_send_queue_size)
+        self._stop = threading.Event()
+        self.error: str | None = None
+        self.sent = 0
+        self.send_failures = 0
+        self.send_seconds = 0.0
+        self.loop = RolloutLoop(
+            env_generator, policy, num_envs=worker_cfg.num_envs, batch_size=worker_cfg.batch_size,
+            fragment_length=rollout.fragment_length, emit=self._enqueue, on_episode=self._report_episode,
+            on_video=self._write_video, discount=online.train_config.discount,
+            step_timeout=worker_cfg.step_timeout, reset_timeout=worker_cfg.reset_timeout,
+            restart_interval=worker_cfg.restart_interval, worker_name=worker_name, seed=seed)
+        if weights is not None:
+            self.update_weights(*weights)
+        self._threads = [threading.Thread(target=self._guard(self._rollout_forever), name="rollout", daemon=True),
+                         threading.Thread(target=self._guard(self._send_forever), name="sender", daemon=True)]
+        for thread in self._threads:
+            thread.start()
+
+    # ------------------------------------------------------------------ actor methods
+
+    def update_weights(self, version: int, refs: list[Any]) -> int:
+        """``refs`` is ``[ObjectRef]``, wrapped in a list so Ray does not resolve it in the manager."""
+        import ray
+
+        state_dict = ray.get(refs[0]) if not isinstance(refs[0], dict) else refs[0]
+        self.loop.set_weights(version, {k: v.to(self.device) for k, v in state_dict.items()})
+        return version
+
+    def request_video(self, label: dict[str, Any]) -> None:
+        self.loop.request_video(label)
+
+    def status(self) -> dict[str, Any]:
+        return {**self.loop.stats(), "name": self.name, "queue_fill": self.send_queue.qsize(),
+                "queue_size": self.send_queue.maxsize, "fragments_sent": self.sent,
+                "send_failures": self.send_failures, "send_s": self.send_seconds, "error": self.error,
+                "alive": all(t.is_alive() for t in self._threads)}
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=10)
+        self.loop.close()
+
+    # ------------------------------------------------------------------ threads
+
+    def _guard(self, body: Callable[[], None]) -> Callable[[], None]:
+        def run() -> None:
+            try:
+                body()
+            except Exception:
+                self.error = traceback.format_exc(limit=8)
+                logger.error("rollout worker %s: %s", self.name, self.error)
+        return run
+
+    def _rollout_forever(self) -> None:
+        while not self._stop.is_set():
+            self.loop.step(timeout=1.0)
+
+    def _enqueue(self, fragment: Fragment) -> None:
+        while not self._stop.is_set():
+            try:
+                self.send_queue.put(fragment, timeout=0.5)
+                return
+            except queue.Full:
+                continue
+
+    def _send_forever(self) -> None:
+        import ray
+
+        while not self._stop.is_set():
+            try:
+                fragment = self.send_queue.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            started = time.monotonic()
+            while not self._stop.is_set():
+                try:
+                    ray.get(self.sink.add_fragment.remote(fragment))
+                    self.sent += 1
+                    break
+                except ray.exceptions.RayActorError:
+                    self.send_failures += 1  # the sink is being recreated: keep the fragment, retry
+                    time.sleep(1.0)
+            self.send_seconds += time.monotonic() - started
+
+    def _report_episode(self, record: EpisodeRecord) -> None:
+        if self.statistics is not None:
+            self.statistics.report.remote(dataclasses.asdict(record))  # fire and forget
+
+    def _write_video(self, label: dict[str, Any], frames: list[Any]) -> None:
+        write_mp4_in_background(self.video_dir / video_filename(label, self.name), frames, self.video_fps)
+
+
+class RolloutManager:
+    """Body of the named rollout manager actor: creates, watches and feeds the rollout workers."""
+
+    def __init__(self, env_generator: Callable[[], Any], policy_generator: Callable[[], Any],
+                 config: dict[str, Any], fragment_sink: Any, statistics: Any = None,
+                 health_interval: float = 2.0):
+        self.online = build_config(config)
+        self.config = config
+        self.env_generator = env_generator
+        self.policy_generator = policy_generator
+        self.sink = fragment_sink
+        self.statistics = statistics
+        self.health_interval = health_interval
+        self.workers: list[Any] = []
+        self.recreated = 0
+        self.latest_weights: tuple[int, list[Any]] | None = None
+        self.last_status: list[dict[str, Any]] = []
+        self._started = time.monotonic()
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._monitor: threading.Thread | None = None
+
+    def start(self) -> int:
+        rollout = self.online.rollout_config
+        self.workers = [self._create_worker(i) for i in range(rollout.num_rollout_workers)]
+        self._monitor = threading.Thread(target=self._watch, name="health", daemon=True)
+        self._monitor.start()
+        return len(self.workers)
+
+    def update_weights(self, version: int, refs: list[Any]) -> None:
+        """Fan ``(version, weights ref)`` out to every worker without waiting for them to load it."""
+        with self._lock:
+            self.latest_weights = (int(version), list(refs))
+            workers = list(self.workers)
+        for worker in workers:
+            worker.update_weights.remote(version, refs)
+
+    def request_video(self, iteration: int, version: int) -> None:
+        with self._lock:
+            worker = self.workers[iteration % len(self.workers)] if self.workers else None
+        if worker is not None:
+            worker.request_video.remote({"iteration": iteration, "version": version})
+
+    def status(self) -> dict[str, Any]:
+        statuses = self.last_status
+        steps = sum(s.get("env_steps", 0) for s in statuses)
+        elapsed = time.monotonic() - self._started
+        latest = self.latest_weights[0] if self.latest_weights else -1
+        return {
+            "rollout/env_steps": float(steps),
+            "rollout/sps": steps / elapsed if elapsed > 0 else 0.0,
+            "rollout/queue_fill": float(sum(s.get("queue_fill", 0) for s in statuses)),
+            "rollout/env_restarts": float(sum(s.get("restarts", 0) for s in statuses)),
+            "rollout/workers_recreated": float(self.recreated),
+            "rollout/version_lag_max": float(max((latest - s.get("version", -1) for s in statuses), default=0)),
+            "rollout/emit_wait_s": float(sum(s.get("emit_wait_s", 0.0) for s in statuses)),
+            "rollout/inference_s": float(sum(s.get("inference_s", 0.0) for s in statuses)),
+            "rollout/env_wait_s": float(sum(s.get("env_wait_s", 0.0) for s in statuses)),
+            "rollout/fragments_sent": float(sum(s.get("fragments_sent", 0) for s in statuses)),
+        }
+
+    def worker_handles(self) -> list[Any]:
+        return list(self.workers)
+
+    def shutdown(self) -> None:
+        import ray
+
+        self._stop.set()
+        for worker in list(self.workers):
+            try:
+                ray.get(worker.stop.remote(), timeout=30)
+            except Exception:
+                pass
+            ray.kill(worker, no_restart=True)
+        self.workers = []
+
+    # ------------------------------------------------------------------ internals
+
+    def _create_worker(self, index: int) -> Any:
+        import ray
+
+        rollout = self.online.rollout_config
+        actor = ray.remote(RolloutWorker).options(
+            num_cpus=rollout.num_cpus_per_worker, num_gpus=rollout.num_gpus_per_worker, max_concurrency=4,
+            name=None)
+        seed = self.online.seed * 1000 + index + 1000 * self.recreated
+        return actor.remote(f"w{index}", self.env_generator, self.policy_generator, self.config, self.sink,
+                            self.statistics, seed, self.latest_weights)
+
+    def _watch(self) -> None:
+        import ray
+
+        while not self._stop.wait(self.health_interval):
+            with self._lock:
+                workers = list(self.workers)
+            statuses = []
+            for index, worker in enumerate(workers):
+                try:
+                    status = ray.get(worker.status.remote(), timeout=max(10.0, self.health_interval * 5))
+                except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as error:
+                    status = {"error": f"{type(error).__name__}", "alive": False}
+                if status.get("error") or not status.get("alive", True):
+                    logger.warning("rollout worker %d is broken (%s); recreating it", index, status.get("error"))
+                    self._replace(index, worker)
+                    continue
+                statuses.append(status)
+            self.last_status = statuses
+
+    def _replace(self, index: int, worker: Any) -> None:
+        import ray
+
+        try:
+            ray.kill(worker, no_restart=True)
+        except Exception:
+            pass
+        with self._lock:
+            self.recreated += 1
+            self.workers[index] = self._create_worker(index)

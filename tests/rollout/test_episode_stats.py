@@ -1,0 +1,27 @@
+from craftrl.rollout.episode_stats import EpisodeStatistics
+from craftrl.rollout.worker import EpisodeRecord, episode_metrics
+
+
+def record(ret, length=10, restarted=False, **metrics):
+    return EpisodeRecord("e", ret, length, ret * 0.5, metrics, restarted, 0)
+
+
+def test_moving_window_and_counts_since_last_summary():
+    stats = EpisodeStatistics(moving_window=2)
+    for ret in (1.0, 2.0, 6.0):
+        stats.report(record(ret, cows_killed=ret))
+    summary = stats.summary()
+    assert summary["episodes/return_mean"] == 4.0  # only the last two episodes
+    assert summary["episodes/cows_killed_mean"] == 4.0
+    assert summary["episodes/new"] == 3 and summary["episodes/total"] == 3
+    stats.report(record(0.0, restarted=True))
+    summary = stats.summary()
+    assert summary["episodes/new"] == 1 and summary["episodes/return_mean_new"] == 0.0
+    assert summary["episodes/env_restarted_total"] == 1
+
+
+def test_episode_metrics_keep_numeric_scalars_and_one_level_of_dicts():
+    info = {"cows_killed": 3, "achievements": {"eat_cow": 3, "collect_wood": 1}, "semantic": [[1]], "flag": True,
+            "name": "x"}
+    assert episode_metrics(info) == {"cows_killed": 3.0, "achievements/eat_cow": 3.0,
+                                     "achievements/collect_wood": 1.0}
