@@ -26,14 +26,31 @@ def _validated(policy_generator: Callable[[], Any], env_generator: Callable[[], 
     return online_cfg if isinstance(online_cfg, OnlineConfig) else build_config(online_cfg)
 
 
+def _absolute_paths(config: OnlineConfig) -> OnlineConfig:
+    """Relative output paths resolve against the caller's directory, not each actor's (MineStudio's trap)."""
+    from pathlib import Path
+
+    from craftrl.run_dir import RunDirectory
+
+    return RunDirectory(Path.cwd()).resolve_config_paths(config)
+
+
 def start_rolloutmanager(policy_generator: Callable[[], Any], env_generator: Callable[[], Any],
                          online_cfg: Mapping[str, Any] | OnlineConfig) -> Any:
-    """Create (or reuse) the named ``rollout_manager`` actor with its workers, replay buffer and statistics.
+    """Start the named ``rollout_manager`` actor with its workers, the replay buffer and episode statistics.
 
-    Returns the manager's actor handle. Not implemented yet: the rollout system lands with issue 5.
+    Starts a local Ray sized to the config when none is running. Replaces the actors of a previous start.
+    Returns the manager's actor handle; workers start producing fragments right away.
     """
-    _validated(policy_generator, env_generator, online_cfg)
-    raise NotImplementedError("start_rolloutmanager: the rollout manager is not implemented yet (issue 5, Rollout)")
+    import ray
+
+    from craftrl.ray_bootstrap import ray_init
+    from craftrl.rollout.start import start_rollout_system
+
+    config = _absolute_paths(_validated(policy_generator, env_generator, online_cfg))
+    if not ray.is_initialized():
+        ray_init(config)
+    return start_rollout_system(policy_generator, env_generator, config).manager
 
 
 def start_trainer(policy_generator: Callable[[], Any], env_generator: Callable[[], Any],

@@ -32,6 +32,10 @@ def train_command(loaded: LoadedConfig) -> int:
     finally:
         import ray
 
+        from craftrl.rollout.start import stop_rollout_system
+
+        if ray.is_initialized():
+            stop_rollout_system()  # detached actors would otherwise outlive the run on a cluster
         ray.shutdown()
     print(f"craftrl: done; results in {run_dir.root}")
     return 0

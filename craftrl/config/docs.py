@@ -39,7 +39,8 @@ Relative paths (`train_config.save_path`, `rollout_config.worker_config.video_ou
 | `logger_config` | any wandb kwargs | `wandb.init(**logger_config)` | typed keys; wandb only when `project` is set |
 
 Keys craftrl adds: `seed`, `output_root`, `worker_config.step_timeout`, `worker_config.reset_timeout`,
-`episode_statistics_config.moving_window`, `train_config.num_cpus_per_worker`, `train_config.use_amp`,
+`episode_statistics_config.moving_window`, `replay_buffer_config.read_grace_samples`,
+`database_config.{max_fragment_bytes, compression_level}`, `train_config.num_cpus_per_worker`, `train_config.use_amp`,
 `logger_config.{entity, wandb_mode, console_interval}`, and the `ray_config` section.
 """
 

@@ -84,9 +84,7 @@ def _load_python(spec: str) -> tuple[Any, Any, Any, str]:
         except Exception as error:
             del sys.modules[module_name]
             raise ConfigError([f"{spec}: importing the config failed: {type(error).__name__}: {error}"]) from None
-        import cloudpickle
-
-        cloudpickle.register_pickle_by_value(module)
+        _register_by_value(module)
         text = path.read_text()
     else:
         try:
@@ -103,6 +101,18 @@ def _load_python(spec: str) -> tuple[Any, Any, Any, str]:
     if missing:
         raise ConfigError([f"{spec}: the config must define {', '.join(missing)}"])
     return module.env_generator, module.policy_generator, module.online_dict, text
+
+
+def _register_by_value(module: Any) -> None:
+    """Env processes use cloudpickle, Ray uses its vendored copy: both must ship this module by value."""
+    import cloudpickle
+
+    cloudpickle.register_pickle_by_value(module)
+    try:
+        import ray.cloudpickle
+    except ImportError:  # pragma: no cover - ray is a dependency
+        return
+    ray.cloudpickle.register_pickle_by_value(module)
 
 
 def _load_yaml(spec: str) -> tuple[Any, Any, Any, str]:

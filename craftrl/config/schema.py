@@ -72,6 +72,8 @@ UNIT_INTERVAL = between(0.0, 1.0)
 class DatabaseConfig:
     path: str = key("replay_buffer", "Directory of the LMDB replay store; relative paths resolve inside the run directory.")
     num_shards: int = key(8, "Number of LMDB shards (separate environments) the fragments are spread over.", AT_LEAST_ONE)
+    max_fragment_bytes: int = key(4 << 20, "Expected compressed size of one fragment in bytes; sizes the LMDB map and the free-disk check at start.", AT_LEAST_ONE)
+    compression_level: int = key(3, "zstd level for stored fragments (1 fastest, 22 smallest).", between(1, 22))
 
 
 @dataclass
@@ -81,6 +83,7 @@ class ReplayBufferConfig:
     max_staleness: int = key(2, "A chunk whose oldest step is more than this many policy versions behind the trainer is never sampled.", NON_NEGATIVE)
     fragments_per_report: int = key(40, "The buffer reports its metrics (size, throughput, evictions) every this many added fragments.", AT_LEAST_ONE)
     fragments_per_chunk: int = key(1, "Consecutive fragments of one env slot grouped into one chunk (the unit of sampling).", AT_LEAST_ONE)
+    read_grace_samples: int = key(2, "A sampled chunk's records stay readable for this many further sample calls, so the trainer can prefetch the next iteration.", AT_LEAST_ONE)
     database_config: DatabaseConfig = section(DatabaseConfig, "Where and how the fragments are stored on disk.")
 
 

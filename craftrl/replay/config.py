@@ -79,7 +79,8 @@ def buffer_settings_from(section: Any, *, seed: int = 0, **overrides: Any) -> Bu
             if value is not None:
                 store_fields[name] = value
     values: dict[str, Any] = {"store": StoreSettings(**store_fields), "seed": seed}
-    for name in ("max_chunks", "max_reuse", "max_staleness", "fragments_per_report", "fragments_per_chunk"):
+    for name in ("max_chunks", "max_reuse", "max_staleness", "fragments_per_report", "fragments_per_chunk",
+                 "read_grace_samples"):
         value = get(name, None)
         if value is not None:
             values[name] = value

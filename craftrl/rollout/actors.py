@@ -40,7 +40,7 @@ def rollout_device(num_gpus: float) -> torch.device:
 
 
 class RolloutWorker:
-    """Body of the rollout worker actor. ``fragment_sink`` is an actor with ``add_fragment(fragment)``."""
+    """Body of the rollout worker actor. ``fragment_sink`` is a ``FragmentSink`` (see ``sinks``)."""
 
     def __init__(self, worker_name: str, env_generator: Callable[[], Any], policy_generator: Callable[[], Any],
                  config: dict[str, Any], fragment_sink: Any, statistics: Any = None, seed: int | None = None,
@@ -126,21 +126,25 @@ class RolloutWorker:
     def _send_forever(self) -> None:
         import ray
 
-        while not self._stop.is_set():
-            try:
-                fragment = self.send_queue.get(timeout=0.5)
-            except queue.Empty:
-                continue
-            started = time.monotonic()
+        self.sink.open()
+        try:
             while not self._stop.is_set():
                 try:
-                    ray.get(self.sink.add_fragment.remote(fragment))
-                    self.sent += 1
-                    break
-                except ray.exceptions.RayActorError:
-                    self.send_failures += 1  # the sink is being recreated: keep the fragment, retry
-                    time.sleep(1.0)
-            self.send_seconds += time.monotonic() - started
+                    fragment = self.send_queue.get(timeout=0.5)
+                except queue.Empty:
+                    continue
+                started = time.monotonic()
+                while not self._stop.is_set():
+                    try:
+                        self.sink.send(fragment)
+                        self.sent += 1
+                        break
+                    except ray.exceptions.RayActorError:
+                        self.send_failures += 1  # the sink is being recreated: keep the fragment, retry
+                        time.sleep(1.0)
+                self.send_seconds += time.monotonic() - started
+        finally:
+            self.sink.close()
 
     def _report_episode(self, record: EpisodeRecord) -> None:
         if self.statistics is not None:

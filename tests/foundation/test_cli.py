@@ -48,13 +48,14 @@ def test_train_with_a_bad_config_fails_before_creating_anything(tmp_path: Path):
 def test_train_creates_the_run_directory_and_saves_the_config(tmp_path: Path):
     result = craftrl("train", SEED, f"output_root={tmp_path}", "rollout_config.num_gpus_per_worker=0",
                      "train_config.num_gpus_per_worker=0", "train_config.num_workers=0",
-                     "rollout_config.num_rollout_workers=1")
+                     "rollout_config.num_rollout_workers=1", "rollout_config.worker_config.num_envs=1",
+                     "rollout_config.worker_config.batch_size=1")
     runs = list(tmp_path.iterdir())
     assert len(runs) == 1 and runs[0].name.startswith("bow_cow-")
     saved = yaml.safe_load((runs[0] / "config.yaml").read_text())
     assert saved["train_config"]["save_path"] == str(runs[0] / "output")
     assert (runs[0] / "config_source.py").read_text() == Path(SEED).read_text()
-    # Until the rollout manager exists (issue 5), train stops there and says so.
+    # Until the trainer exists (issue 7), train stops there and says so.
     assert result.returncode == 3, result.stderr[-2000:]
     assert "not implemented yet" in result.stderr
 

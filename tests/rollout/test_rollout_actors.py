@@ -15,6 +15,7 @@ from craftrl.config.loading import config_to_dict
 from craftrl.envs.testing import ScriptedEnv
 from craftrl.rollout.actors import RolloutManager, RolloutWorker
 from craftrl.rollout.episode_stats import EpisodeStatistics
+from craftrl.rollout.sinks import ActorSink
 from craftrl.rollout.testing import CountingPolicy, counting_policy_generator
 
 pytestmark = pytest.mark.ray
@@ -66,7 +67,7 @@ def test_worker_backpressure_blocks_and_resumes_without_loss(ray_session, tmp_pa
     ray.get(sink.set_open.remote(False))
     env = functools.partial(ScriptedEnv, episode_length=5)
     worker = ray.remote(max_concurrency=4)(RolloutWorker).remote("w0", env, counting_policy_generator,
-                                                                 online(tmp_path), sink)
+                                                                 online(tmp_path), ActorSink(sink))
     # With the sink stalled: one fragment is in the sink call, one in the queue, then the loop waits.
     status = wait_until(lambda: (s := ray.get(worker.status.remote()))["emit_wait_s"] > 1.0 and s)
     assert status["queue_fill"] == 1 and status["fragments_sent"] == 0
@@ -90,8 +91,8 @@ def test_manager_broadcasts_weights_recreates_dead_workers_and_records_video(ray
     statistics = ray.remote(EpisodeStatistics).remote(moving_window=50)
     config = online(tmp_path, num_rollout_workers=2)
     env = functools.partial(ScriptedEnv, episode_length=5)
-    manager = ray.remote(max_concurrency=8)(RolloutManager).remote(env, counting_policy_generator, config, sink,
-                                                                   statistics, health_interval=0.5)
+    manager = ray.remote(max_concurrency=8)(RolloutManager).remote(env, counting_policy_generator, config,
+                                                                   ActorSink(sink), statistics, health_interval=0.5)
     assert ray.get(manager.start.remote()) == 2
     wait_until(lambda: len(ray.get(sink.summary.remote())) >= 4)
 

@@ -1,0 +1,62 @@
+"""Where a rollout worker's sender thread delivers fragments.
+
+A sink is built in the manager, pickled into the worker actor, and ``open``-ed inside the sender thread
+(an LMDB writer holds handles that cannot be pickled or shared across threads).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from craftrl.rollout.fragment import Fragment
+
+
+class FragmentSink(Protocol):
+    def open(self) -> None: ...
+    def send(self, fragment: Fragment) -> None: ...
+    def close(self) -> None: ...
+
+
+class ActorSink:
+    """Any actor with an ``add_fragment(fragment)`` method; the call is awaited (that is the backpressure)."""
+
+    def __init__(self, handle: Any):
+        self.handle = handle
+
+    def open(self) -> None:
+        pass
+
+    def send(self, fragment: Fragment) -> None:
+        import ray
+
+        ray.get(self.handle.add_fragment.remote(fragment))
+
+    def close(self) -> None:
+        pass
+
+
+class ReplayBufferSink:
+    """The replay buffer: the record goes straight into the LMDB store, only metadata to the actor."""
+
+    def __init__(self, buffer_handle: Any):
+        self.buffer = buffer_handle
+        self._writer = None
+
+    def open(self) -> None:
+        from craftrl.replay.client import ReplayWriter
+
+        self._writer = ReplayWriter(self.buffer)
+
+    def send(self, fragment: Fragment) -> None:
+        if self._writer is None:
+            self.open()
+        self._writer.add_fragment(fragment)
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.flush()
+            self._writer.close()
+            self._writer = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"buffer": self.buffer, "_writer": None}

@@ -1,0 +1,72 @@
+"""Starting the rollout side of a run: replay buffer, episode statistics and the rollout manager.
+
+All three are named actors in the ``craftrl`` namespace so the trainer (and a user's shell) can find them.
+They share one lifetime: detached when ``detach_rollout_manager`` (they outlive the driver), otherwise tied
+to it. Starting replaces any previous run's actors of the same names, deliberately: MineStudio reused a
+manager but crashed on the replay buffer that was still registered, and left the old env processes running.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from craftrl.config.loading import config_to_dict
+from craftrl.config.schema import OnlineConfig
+from craftrl.replay.actor import start_replay_buffer
+from craftrl.replay.config import buffer_settings_from
+from craftrl.rollout.actors import RolloutManager
+from craftrl.rollout.episode_stats import EpisodeStatistics
+from craftrl.rollout.sinks import ReplayBufferSink
+
+MANAGER_NAME = "rollout_manager"
+REPLAY_NAME = "replay_buffer"
+STATISTICS_NAME = "episode_statistics"
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class RolloutHandles:
+    manager: Any
+    replay: Any
+    statistics: Any
+
+
+def stop_rollout_system(timeout: float = 30.0) -> bool:
+    """Stop and remove the named rollout actors if they exist (their env processes die with them)."""
+    import ray
+
+    found = False
+    for name in (MANAGER_NAME, STATISTICS_NAME, REPLAY_NAME):
+        try:
+            handle = ray.get_actor(name)
+        except ValueError:
+            continue
+        found = True
+        if name == MANAGER_NAME:
+            try:
+                ray.get(handle.shutdown.remote(), timeout=timeout)
+            except Exception as error:  # a broken manager is killed all the same
+                logger.warning("rollout manager did not shut down cleanly: %s", error)
+        ray.kill(handle, no_restart=True)
+    return found
+
+
+def start_rollout_system(policy_generator: Callable[[], Any], env_generator: Callable[[], Any],
+                         config: OnlineConfig) -> RolloutHandles:
+    import ray
+
+    stop_rollout_system()
+    lifetime = "detached" if config.detach_rollout_manager else None
+    buffer_cfg = config.rollout_config.replay_buffer_config
+    replay = start_replay_buffer(buffer_settings_from(buffer_cfg, seed=config.seed), name=REPLAY_NAME,
+                                 lifetime=lifetime)
+    moving_window = config.rollout_config.episode_statistics_config.moving_window
+    statistics = ray.remote(EpisodeStatistics).options(name=STATISTICS_NAME, num_cpus=0, lifetime=lifetime).remote(
+        moving_window)
+    manager = ray.remote(RolloutManager).options(name=MANAGER_NAME, num_cpus=0, max_concurrency=8,
+                                                 lifetime=lifetime).remote(
+        env_generator, policy_generator, config_to_dict(config), ReplayBufferSink(replay), statistics)
+    ray.get(manager.start.remote())
+    return RolloutHandles(manager, replay, statistics)
