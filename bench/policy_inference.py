@@ -2,8 +2,8 @@
 
 Measures ``policy.act`` on a batch of 8 env slots, one time step per call, recurrent state carried, with
 torch limited to ``--threads`` intra-op threads (default 2: the CPU budget of a small rollout worker).
-Reports the median over repeats because the machine is shared. Writes a markdown section to
-bench/results/policy_inference.md; the last printed line is ``P0 policy_inference_fps=<default policy fps>``.
+Reports the median over repeats because the machine is shared. Appends a markdown section to
+bench/results/policy_inference.md (one per run, newest last); the last printed line is ``P0 policy_inference_fps=<default policy fps>``.
 
     .venv/bin/python bench/policy_inference.py [--threads 2] [--seconds 2] [--repeats 5]
 """
@@ -22,6 +22,12 @@ import torch
 from craftrl.policies import default_policy_generator, mlp_policy_generator
 
 RESULTS = Path(__file__).resolve().parent / "results" / "policy_inference.md"
+HEADER = """# Policy inference benchmark (bench/policy_inference.py)
+
+Batch-8 single-step `policy.act` on CPU, recurrent state carried. Target: default policy >= 1000 frames/s with
+2 torch threads on 2 cores. On a shared machine a 2-thread run collapses when another process holds a core
+(OpenMP threads wait on each other); check the load average of each run before reading its numbers.
+"""
 
 
 def _candidates():
@@ -80,7 +86,7 @@ def main() -> None:
     command = "python bench/policy_inference.py " + " ".join(
         f"--{k} {v}" for k, v in vars(args).items())
     lines = [
-        "## Policy inference (CPU, single step, batch %d)" % args.batch, "",
+        f"## Run {datetime.datetime.now().isoformat(timespec='minutes')}: CPU, single step, batch {args.batch}", "",
         f"- command: `{command}`",
         f"- date: {datetime.date.today().isoformat()}; torch {torch.__version__}; "
         f"{platform.processor() or platform.machine()}; {os.cpu_count()} cores visible, "
@@ -93,7 +99,10 @@ def main() -> None:
     ]
     lines += [f"| {n} | {p / 1e6:.2f} M | {m:.0f} | {lo:.0f} | {hi:.0f} |" for n, p, m, lo, hi in rows]
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text("\n".join(lines) + "\n")
+    if not RESULTS.exists():
+        RESULTS.write_text(HEADER)
+    with RESULTS.open("a") as handle:
+        handle.write("\n" + "\n".join(lines) + "\n")
     print(f"P0 policy_inference_fps={p0:.1f}")
 
 
