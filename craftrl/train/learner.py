@@ -1,0 +1,316 @@
+"""One PPO iteration over a list of fragments, on one rank (DDP-aware, but runs fine without DDP).
+
+The iteration, top to bottom:
+
+1. collate fragments into batches of ``batch_size_per_gpu`` (observations get ``next_obs`` appended as step L);
+2. evaluate values with the current weights over L+1 steps from each fragment's stored state (per-sample
+   state, so any batch size works -- MineStudio bootstraps with the whole batch's state);
+3. GAE over all of this rank's fragments, chaining consecutive fragments of one env, bootstrapping through
+   truncation, with V(next_obs) at fragment ends;
+4. update the value normaliser once with the *global* (all-rank) return moments, and standardise
+   advantages with global moments when ``normalize_advantage_full_batch``;
+5. ``epochs_per_iteration`` passes: shuffled batches, truncated BPTT over ``context_length`` windows with the
+   state carried (detached), loss = policy + value + KL-to-reference - entropy, gradients accumulated over
+   ``gradient_accumulation`` batches, a NaN/inf check agreed by all ranks *before* each optimiser step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from craftrl.config.schema import TrainConfig
+from craftrl.policies.state import detach_state, merge_states, state_from_numpy, tree_map
+from craftrl.rollout.fragment import Fragment
+from craftrl.train.gae import compute_gae, successors
+from craftrl.train.losses import (advantage_moments, clipped_policy_loss, explained_variance, masked_mean,
+                                  normalize_advantages, value_loss)
+
+
+def distributed() -> bool:
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def all_reduce(tensor: torch.Tensor, op: Any = None) -> torch.Tensor:
+    """Sum (or ``op``) across ranks in place; a no-op in a single process."""
+    if distributed():
+        dist.all_reduce(tensor, op=op or dist.ReduceOp.SUM)
+    return tensor
+
+
+@dataclass
+class Batch:
+    fragments: list[Fragment]
+    obs: dict[str, torch.Tensor]  # [B, L+1, ...]: next_obs appended
+    first: torch.Tensor  # [B, L+1]
+    action: Any  # [B, L, ...] tensor or dict of them
+    behaviour_logp: torch.Tensor  # [B, L]
+    state_in: Any
+    rows: np.ndarray  # positions of these fragments in the iteration's fragment list
+    advantages: torch.Tensor | None = None  # [B, L]
+    returns: torch.Tensor | None = None  # [B, L], return units
+    old_values: torch.Tensor | None = None  # [B, L], return units
+
+    @property
+    def length(self) -> int:
+        return self.behaviour_logp.shape[1]
+
+
+def _stack_tree(items: Sequence[Any]) -> Any:
+    if isinstance(items[0], dict):
+        return {key: _stack_tree([item[key] for item in items]) for key in items[0]}
+    return torch.from_numpy(np.stack([np.asarray(item) for item in items]))
+
+
+def collate(fragments: Sequence[Fragment], rows: np.ndarray, device: torch.device) -> Batch:
+    obs = {}
+    for key, value in fragments[0].obs.items():
+        if np.asarray(value).dtype.kind not in "biuf":
+            continue
+        stacked = np.stack([np.concatenate([f.obs[key], np.asarray(f.next_obs[key])[None]]) for f in fragments])
+        obs[key] = torch.from_numpy(stacked).to(device)
+    first = torch.from_numpy(np.stack([np.append(f.first, f.next_first) for f in fragments])).to(device)
+    action = tree_map(lambda t: t.to(device), _stack_tree([f.action for f in fragments]))
+    logp = torch.from_numpy(np.stack([f.logp for f in fragments])).to(device)
+    state = state_from_numpy(merge_states([f.state_in for f in fragments]), device)
+    return Batch(list(fragments), obs, first, action, logp, state, np.asarray(rows))
+
+
+def slice_time(tree: Any, start: int, end: int) -> Any:
+    return tree_map(lambda t: t[:, start:end], tree)
+
+
+class PPOLearner:
+    """Holds the model (DDP-wrapped or not), optimiser, reference policy and the PPO schedule state."""
+
+    def __init__(self, model: torch.nn.Module, config: TrainConfig, device: torch.device,
+                 reference: torch.nn.Module | None = None):
+        self.model = model
+        self.policy = model.module if hasattr(model, "module") else model
+        self.config = config
+        self.device = device
+        self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=config.learning_rate,
+                                           weight_decay=config.weight_decay, eps=config.adam_eps)
+        self.use_amp = bool(config.use_amp and device.type == "cuda")
+        self.scaler = torch.amp.GradScaler("cuda", enabled=self.use_amp)
+        self.reference = reference
+        self.rho = config.kl_divergence_coef_rho
+        self.skipped_steps = 0
+
+    @staticmethod
+    def make_reference(policy: torch.nn.Module) -> torch.nn.Module:
+        reference = copy.deepcopy(policy).eval()
+        for parameter in reference.parameters():
+            parameter.requires_grad_(False)
+        return reference
+
+    def zero_value_output(self) -> bool:
+        """``zero_initial_vf``: zero the value head's output layer so initial predictions are 0."""
+        linear = getattr(getattr(self.policy, "value_head", None), "linear", None)
+        if not isinstance(linear, torch.nn.Linear):
+            return False
+        with torch.no_grad():
+            linear.weight.zero_()
+            linear.bias.zero_()
+        return True
+
+    def set_learning_rate(self, iteration: int) -> float:
+        lr = self.config.learning_rate
+        if self.config.anneal_lr_linearly:
+            lr *= max(0.0, 1.0 - iteration / self.config.num_iterations)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        return lr
+
+    # ------------------------------------------------------------------ phases
+
+    def _autocast(self):
+        if self.use_amp:
+            return torch.autocast(device_type="cuda", dtype=torch.float16)
+        return contextlib.nullcontext()
+
+    @torch.no_grad()
+    def evaluate_values(self, batch: Batch) -> torch.Tensor:
+        """Values (return units) of all L+1 observations, from the stored state, carried across windows."""
+        state, outputs = batch.state_in, []
+        total = batch.length + 1
+        for start in range(0, total, self.config.context_length):
+            end = min(start + self.config.context_length, total)
+            with self._autocast():
+                # the unwrapped policy: parameters are identical on every rank and no collective is needed
+                latents, state = self.policy(input=slice_time(batch.obs, start, end), state_in=state,
+                                             first=batch.first[:, start:end])
+            outputs.append(latents["vpred"].float())
+        return self.policy.value_head.denormalize(torch.cat(outputs, dim=1))
+
+    def prepare(self, fragments: Sequence[Fragment]) -> list[Batch]:
+        """Collate, evaluate, run GAE and normalise: everything before the gradient passes."""
+        cfg = self.config
+        order = np.arange(len(fragments))
+        batches = [collate([fragments[i] for i in order[s:s + cfg.batch_size_per_gpu]],
+                           order[s:s + cfg.batch_size_per_gpu], self.device)
+                   for s in range(0, len(fragments), cfg.batch_size_per_gpu)]
+        values = torch.cat([self.evaluate_values(b) for b in batches]).cpu().numpy()  # [N, L+1]
+        stacked = {name: np.stack([getattr(f, name) for f in fragments])
+                   for name in ("reward", "terminated", "truncated", "final_vpred")}
+        succ = successors([f.env_id for f in fragments], [f.index for f in fragments])
+        advantages, returns = compute_gae(stacked["reward"], values[:, :-1], stacked["terminated"],
+                                          stacked["truncated"], stacked["final_vpred"], values[:, -1], succ,
+                                          cfg.discount, cfg.gae_lambda)
+        self.chained_fraction = float((succ >= 0).mean()) if len(succ) else 0.0
+        advantages_t = torch.from_numpy(advantages).to(self.device)
+        returns_t = torch.from_numpy(returns).to(self.device)
+        if cfg.use_normalized_vf:
+            self._update_normalizer(returns_t)
+        if cfg.normalize_advantage_full_batch:
+            everything = torch.ones_like(advantages_t, dtype=torch.bool)
+            moments = all_reduce(advantage_moments(advantages_t, everything).to(self.device))
+            advantages_t = normalize_advantages(advantages_t, moments.cpu())
+        for batch in batches:
+            batch.advantages = advantages_t[batch.rows]
+            batch.returns = returns_t[batch.rows]
+            batch.old_values = torch.from_numpy(values[batch.rows, :-1]).to(self.device)
+        return batches
+
+    def _update_normalizer(self, returns: torch.Tensor) -> None:
+        """One EWMA update with the global mean and mean square, identical on every rank.
+
+        The normaliser folds in ``mean(x)`` and ``mean(x**2)``; two points ``m +- s`` with
+        ``s = sqrt(E[x^2] - m^2)`` have exactly the global first and second moments.
+        """
+        flat = returns.double().reshape(-1)
+        sums = all_reduce(torch.stack([torch.tensor(float(flat.numel()), dtype=torch.float64, device=flat.device),
+                                       flat.sum(), (flat ** 2).sum()]))
+        count, total, total_sq = sums.tolist()
+        mean = total / count
+        spread = math.sqrt(max(total_sq / count - mean ** 2, 0.0))
+        self.policy.value_head.update(torch.tensor([mean + spread, mean - spread], device=returns.device))
+
+    def train_epochs(self, batches: list[Batch], iteration: int, generator: torch.Generator) -> dict[str, float]:
+        cfg = self.config
+        warmup = iteration < cfg.vf_warmup
+        sums: dict[str, float] = {}
+        count = 0
+        grad_norms, skipped = [], 0
+        for _ in range(cfg.epochs_per_iteration):
+            order = torch.randperm(len(batches), generator=generator).tolist()
+            self.optimizer.zero_grad(set_to_none=True)
+            for position, batch_index in enumerate(order):
+                closes_group = (position + 1) % cfg.gradient_accumulation == 0 or position == len(order) - 1
+                for name, value in self._train_batch(batches[batch_index], warmup, closes_group).items():
+                    sums[name] = sums.get(name, 0.0) + value
+                count += 1
+                if closes_group:
+                    grad_norm, stepped = self._optimizer_step()
+                    skipped += not stepped
+                    if stepped:
+                        grad_norms.append(grad_norm)
+        metrics = {name: value / max(count, 1) for name, value in sums.items()}
+        metrics["ppo/grad_norm"] = float(np.mean(grad_norms)) if grad_norms else 0.0
+        metrics["ppo/skipped_steps"] = float(skipped)
+        reduced = all_reduce(torch.tensor(list(metrics.values()), dtype=torch.float64, device=self.device))
+        world = dist.get_world_size() if distributed() else 1
+        return dict(zip(metrics, (reduced / world).tolist()))
+
+    def _train_batch(self, batch: Batch, warmup: bool, closes_group: bool) -> dict[str, float]:
+        cfg = self.config
+        length = batch.length
+        state = batch.state_in
+        reference_state = batch.state_in
+        value_head = self.policy.value_head
+        old_values = value_head.normalize(batch.old_values) if cfg.use_normalized_vf else batch.old_values
+        targets = value_head.normalize(batch.returns) if cfg.use_normalized_vf else batch.returns
+        windows = list(range(0, length, cfg.context_length))
+        totals: dict[str, float] = {}
+        for number, start in enumerate(windows):
+            end = min(start + cfg.context_length, length)
+            weight = (end - start) / length / cfg.gradient_accumulation
+            sync = closes_group and number == len(windows) - 1
+            context = contextlib.nullcontext() if sync or not hasattr(self.model, "no_sync") else self.model.no_sync()
+            with context:
+                with self._autocast():
+                    inputs = slice_time(batch.obs, start, end)
+                    latents, state = self.model(input=inputs, state_in=state, first=batch.first[:, start:end])
+                    logits = latents["pi_logits"]
+                    head = self.policy.pi_head
+                    new_logp = head.logprob(slice_time(batch.action, start, end), logits)
+                    entropy = head.entropy(logits)
+                    mask = torch.ones_like(new_logp, dtype=torch.bool)
+                    policy = clipped_policy_loss(new_logp.float(), batch.behaviour_logp[:, start:end],
+                                                 batch.advantages[:, start:end], mask, cfg.ppo_clip,
+                                                 cfg.log_ratio_range)
+                    v_loss = value_loss(latents["vpred"].float(), old_values[:, start:end],
+                                        targets[:, start:end], mask, cfg.clip_vloss, cfg.ppo_clip)
+                    entropy_mean = masked_mean(entropy.float(), mask)
+                    kl = torch.zeros((), device=self.device)
+                    if self.reference is not None and self.rho > 0:
+                        with torch.no_grad():
+                            ref_latents, reference_state = self.reference(input=inputs, state_in=reference_state,
+                                                                          first=batch.first[:, start:end])
+                        kl = masked_mean(head.kl_divergence(logits, ref_latents["pi_logits"]).float(), mask)
+                    policy_coef = 0.0 if warmup else cfg.ppo_policy_coef
+                    entropy_coef = 0.0 if warmup else cfg.entropy_bonus_coef
+                    rho = 0.0 if warmup else self.rho
+                    # Zero coefficients still keep every parameter in the graph, which DDP requires.
+                    loss = (policy_coef * policy.loss + cfg.ppo_vf_coef * v_loss + rho * kl
+                            - entropy_coef * entropy_mean) * weight
+                self.scaler.scale(loss).backward()
+            state = detach_state(state)
+            share = (end - start) / length
+            for name, value in (("loss/policy", policy.loss), ("loss/value", v_loss), ("loss/entropy", entropy_mean),
+                                ("loss/kl_reference", kl), ("ppo/approx_kl", policy.approx_kl),
+                                ("ppo/clip_fraction", policy.clip_fraction), ("ppo/ratio_mean", policy.ratio_mean)):
+                totals[name] = totals.get(name, 0.0) + float(value.detach()) * share
+        return totals
+
+    def _optimizer_step(self) -> tuple[float, bool]:
+        """Clip, check for non-finite gradients on *all* ranks, then step -- or skip together.
+
+        Returns the gradient norm and whether the step was taken."""
+        self.scaler.unscale_(self.optimizer)
+        parameters = [p for p in self.policy.parameters() if p.grad is not None]
+        grad_norm = torch.nn.utils.clip_grad_norm_(parameters, self.config.max_grad_norm) if parameters \
+            else torch.zeros((), device=self.device)
+        bad = torch.tensor([0.0 if torch.isfinite(grad_norm) else 1.0], device=self.device)
+        all_reduce(bad, dist.ReduceOp.MAX if distributed() else None)
+        if bad.item() > 0:
+            self.skipped_steps += 1
+            self.optimizer.zero_grad(set_to_none=True)
+            if self.use_amp:
+                self.scaler.update()
+            return float("nan"), False
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        return float(grad_norm), True
+
+    def iteration(self, fragments: Sequence[Fragment], iteration: int, version: int,
+                  generator: torch.Generator) -> dict[str, float]:
+        """Prepare and train on ``fragments``; returns rank-averaged metrics."""
+        lr = self.set_learning_rate(iteration)
+        self.model.train()
+        batches = self.prepare(fragments)
+        metrics = self.train_epochs(batches, iteration, generator)
+        values = torch.cat([b.old_values for b in batches])
+        returns = torch.cat([b.returns for b in batches])
+        lag = np.concatenate([version - f.version for f in fragments])
+        metrics.update({
+            "ppo/explained_variance": explained_variance(values, returns, torch.ones_like(values, dtype=torch.bool)),
+            "ppo/learning_rate": lr,
+            "ppo/rho": self.rho,
+            "ppo/gae_chained_fraction": self.chained_fraction,
+            "data/version_lag_mean": float(lag.mean()),
+            "data/version_lag_max": float(lag.max()),
+            "data/fragments": float(len(fragments)),
+            "data/reward_mean": float(np.mean([f.reward.mean() for f in fragments])),
+            "ppo/skipped_steps_total": float(self.skipped_steps),
+        })
+        self.rho *= self.config.coef_rho_decay
+        return metrics

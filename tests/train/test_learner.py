@@ -1,0 +1,141 @@
+"""The PPO learner without Ray: direction of learning, the NaN guard, recurrent batches, checkpoints."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from craftrl.config import build_config
+from craftrl.policies import default_policy_generator, mlp_policy_generator
+from craftrl.train.checkpoint import (TrainingState, apply_retention, checkpoints_to_delete, list_checkpoints,
+                                      load_checkpoint, resolve_resume, save_checkpoint)
+from craftrl.train.learner import PPOLearner
+from train_fragments import bandit_fragments
+
+
+def train_config(**overrides):
+    base = {"learning_rate": 0.01, "batch_size_per_gpu": 4, "context_length": 4, "epochs_per_iteration": 2,
+            "entropy_bonus_coef": 0.0, "max_grad_norm": 1.0, "discount": 0.9}
+    base.update(overrides)
+    return build_config({"train_config": base}).train_config
+
+
+def action_one_probability(policy) -> float:
+    obs = {"vector": torch.randn(256, 1, 4)}
+    latents, _ = policy(input=obs, state_in={}, first=None)
+    return float(latents["pi_logits"].exp()[..., 1].mean())
+
+
+def test_ppo_learns_the_rewarding_action():
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    policy = mlp_policy_generator(obs_dim=4, num_actions=2)
+    learner = PPOLearner(policy, train_config(), torch.device("cpu"))
+    before = action_one_probability(policy)
+    generator = torch.Generator().manual_seed(0)
+    for iteration in range(8):
+        fragments = bandit_fragments(policy, num_envs=8, length=10, rng=rng, version=iteration)
+        metrics = learner.iteration(fragments, iteration, iteration, generator)
+        assert all(np.isfinite(v) for k, v in metrics.items() if k != "ppo/explained_variance")
+    after = action_one_probability(policy)
+    assert before == pytest.approx(0.5, abs=0.1)
+    assert after > 0.85, f"P(rewarding action) went {before:.2f} -> {after:.2f}"
+
+
+def test_first_iteration_on_fresh_behaviour_data_starts_at_ratio_one():
+    torch.manual_seed(1)
+    policy = mlp_policy_generator(obs_dim=4, num_actions=2)
+    learner = PPOLearner(policy, train_config(epochs_per_iteration=1, learning_rate=1e-9), torch.device("cpu"))
+    fragments = bandit_fragments(policy, 4, 8, np.random.default_rng(1))
+    metrics = learner.iteration(fragments, 0, 0, torch.Generator().manual_seed(0))
+    assert metrics["ppo/ratio_mean"] == pytest.approx(1.0, abs=1e-4)
+    assert metrics["ppo/approx_kl"] == pytest.approx(0.0, abs=1e-6)
+    assert metrics["ppo/clip_fraction"] == 0.0
+
+
+def test_nan_in_the_data_skips_the_step_and_leaves_weights_untouched():
+    torch.manual_seed(2)
+    policy = mlp_policy_generator(obs_dim=4, num_actions=2)
+    learner = PPOLearner(policy, train_config(normalize_advantage_full_batch=False, epochs_per_iteration=1,
+                                              batch_size_per_gpu=8), torch.device("cpu"))
+    fragments = bandit_fragments(policy, 4, 8, np.random.default_rng(2))
+    fragments[0].reward[3] = np.nan
+    before = {k: v.clone() for k, v in policy.state_dict().items()}
+    metrics = learner.iteration(fragments, 0, 0, torch.Generator().manual_seed(0))
+    assert metrics["ppo/skipped_steps"] == 1.0 and learner.skipped_steps == 1
+    for name, value in policy.state_dict().items():
+        if "normalizer" not in name:
+            torch.testing.assert_close(value, before[name], msg=name)
+
+
+def test_recurrent_policy_trains_on_image_fragments_with_windows():
+    torch.manual_seed(3)
+    policy = default_policy_generator(num_actions=3, image_shape=(64, 64, 3), hidden_size=32, channels=(8, 8, 8))
+    rng = np.random.default_rng(3)
+    frag = bandit_fragments(policy, 2, 6, rng, obs_fn=lambda: {"image": rng.integers(0, 255, (64, 64, 3), np.uint8)},
+                            episode_length=4)
+    learner = PPOLearner(policy, train_config(batch_size_per_gpu=2, context_length=4, epochs_per_iteration=1,
+                                              kl_divergence_coef_rho=0.1),
+                         torch.device("cpu"), reference=PPOLearner.make_reference(policy))
+    before = [p.clone() for p in policy.parameters()]
+    metrics = learner.iteration(frag, 0, 0, torch.Generator().manual_seed(0))
+    assert metrics["ppo/ratio_mean"] == pytest.approx(1.0, abs=1e-4), "re-evaluation must reproduce behaviour"
+    assert metrics["loss/kl_reference"] == pytest.approx(0.0, abs=1e-6)
+    assert any(not torch.equal(a, b) for a, b in zip(before, policy.parameters()))
+    assert learner.rho == pytest.approx(0.1 * 0.9995)
+
+
+def test_checkpoint_round_trip_restores_everything(tmp_path):
+    torch.manual_seed(4)
+    policy = mlp_policy_generator(obs_dim=4, num_actions=2)
+    learner = PPOLearner(policy, train_config(), torch.device("cpu"))
+    learner.iteration(bandit_fragments(policy, 4, 8, np.random.default_rng(4)), 0, 0, torch.Generator())
+    training = TrainingState(iteration=7, version=6, env_steps=1234, trained_samples=99, rho=0.05)
+    path = save_checkpoint(tmp_path, training, model=policy.state_dict(), optimizer=learner.optimizer.state_dict(),
+                           reference=None, config_yaml="a: 1\n")
+    assert path.name == "iter_00000007" and (path / "config.yaml").read_text() == "a: 1\n"
+    expected_random = torch.rand(3)
+
+    restored_policy = mlp_policy_generator(obs_dim=4, num_actions=2)
+    restored = PPOLearner(restored_policy, train_config(), torch.device("cpu"))
+    payload = load_checkpoint(resolve_resume("latest", tmp_path))
+    restored_policy.load_state_dict(payload["model"])
+    restored.optimizer.load_state_dict(payload["optimizer"])
+    for a, b in zip(policy.state_dict().values(), restored_policy.state_dict().values()):
+        torch.testing.assert_close(a, b)
+    state_a, state_b = learner.optimizer.state_dict()["state"], restored.optimizer.state_dict()["state"]
+    for key in state_a:
+        torch.testing.assert_close(state_a[key]["exp_avg"], state_b[key]["exp_avg"])
+    assert payload["training"] == training
+    from craftrl.train.checkpoint import restore_rng_state
+
+    restore_rng_state(payload["rng"])
+    torch.testing.assert_close(torch.rand(3), expected_random)
+
+
+def test_retention_keeps_multiples_of_keep_interval_and_the_newest():
+    assert checkpoints_to_delete([10, 20, 30, 40, 50, 60, 70, 80, 90], keep_interval=40, keep_last=3) == \
+        [10, 20, 30, 50, 60]
+    assert checkpoints_to_delete([5, 10, 15], keep_interval=0, keep_last=1) == [5, 10]
+
+
+def test_retention_on_disk_and_atomic_layout(tmp_path):
+    for iteration in (10, 20, 30, 40, 50):
+        save_checkpoint(tmp_path, TrainingState(iteration=iteration), model={}, optimizer=None, reference=None)
+    (tmp_path / ".tmp-iter_00000060-1").mkdir()  # a crashed save: never listed, never resumed
+    assert apply_retention(tmp_path, keep_interval=20, keep_last=2) == [10, 30]
+    assert [i for i, _ in list_checkpoints(tmp_path)] == [20, 40, 50]
+    assert resolve_resume("latest", tmp_path).name == "iter_00000050"
+
+
+def test_unreadable_and_missing_checkpoints_give_clear_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no checkpoint under"):
+        resolve_resume("latest", tmp_path)
+    with pytest.raises(FileNotFoundError, match="is not a checkpoint directory"):
+        resolve_resume(str(tmp_path / "nope"), tmp_path)
+    bad = tmp_path / "iter_00000001"
+    bad.mkdir()
+    (bad / "state.pt").write_bytes(b"garbage")
+    with pytest.raises(ValueError, match="unreadable checkpoint"):
+        load_checkpoint(bad)
