@@ -30,8 +30,8 @@ from craftrl.config.schema import TrainConfig
 from craftrl.policies.state import detach_state, merge_states, state_from_numpy, tree_map
 from craftrl.rollout.fragment import Fragment
 from craftrl.train.gae import compute_gae, successors
-from craftrl.train.losses import (advantage_moments, clipped_policy_loss, explained_variance, masked_mean,
-                                  normalize_advantages, value_loss)
+from craftrl.train.losses import (advantage_moments, clipped_policy_loss, masked_mean, normalize_advantages,
+                                  value_loss)
 
 
 def distributed() -> bool:
@@ -160,11 +160,10 @@ class PPOLearner:
         values = torch.cat([self.evaluate_values(b) for b in batches]).cpu().numpy()  # [N, L+1]
         stacked = {name: np.stack([getattr(f, name) for f in fragments])
                    for name in ("reward", "terminated", "truncated", "final_vpred")}
-        succ = successors([f.env_id for f in fragments], [f.index for f in fragments])
+        succ = self._successors = successors([f.env_id for f in fragments], [f.index for f in fragments])
         advantages, returns = compute_gae(stacked["reward"], values[:, :-1], stacked["terminated"],
                                           stacked["truncated"], stacked["final_vpred"], values[:, -1], succ,
                                           cfg.discount, cfg.gae_lambda)
-        self.chained_fraction = float((succ >= 0).mean()) if len(succ) else 0.0
         advantages_t = torch.from_numpy(advantages).to(self.device)
         returns_t = torch.from_numpy(returns).to(self.device)
         if cfg.use_normalized_vf:
@@ -291,6 +290,33 @@ class PPOLearner:
         self.optimizer.zero_grad(set_to_none=True)
         return float(grad_norm), True
 
+    def _data_metrics(self, batches: list[Batch], fragments: Sequence[Fragment], version: int) -> dict[str, float]:
+        """Statistics of the iteration's data over all ranks (sums all-reduced, the lag maximum by MAX)."""
+        values = torch.cat([b.old_values for b in batches]).double().reshape(-1)
+        returns = torch.cat([b.returns for b in batches]).double().reshape(-1)
+        residual = returns - values
+        lag = np.concatenate([version - f.version for f in fragments])
+        rewards = np.concatenate([f.reward for f in fragments])
+        chained = int((self._successors >= 0).sum())
+        sums = all_reduce(torch.tensor([
+            float(values.numel()), float(returns.sum()), float((returns ** 2).sum()), float(residual.sum()),
+            float((residual ** 2).sum()), float(lag.sum()), float(len(fragments)), float(rewards.sum()),
+            float(chained)], dtype=torch.float64, device=self.device)).tolist()
+        lag_max = all_reduce(torch.tensor([float(lag.max())], dtype=torch.float64, device=self.device),
+                             dist.ReduceOp.MAX if distributed() else None).item()
+        n, y_sum, y_sq, r_sum, r_sq, lag_sum, count, reward_sum, chained_total = sums
+        y_var = y_sq / n - (y_sum / n) ** 2
+        r_var = r_sq / n - (r_sum / n) ** 2
+        return {
+            "ppo/explained_variance": 1.0 - r_var / y_var if y_var > 1e-12 else float("nan"),
+            "ppo/gae_chained_fraction": chained_total / count,
+            "data/version_lag_mean": lag_sum / n,
+            "data/version_lag_max": lag_max,
+            "data/fragments": count,
+            "data/env_steps": n,
+            "data/reward_mean": reward_sum / n,
+        }
+
     def iteration(self, fragments: Sequence[Fragment], iteration: int, version: int,
                   generator: torch.Generator) -> dict[str, float]:
         """Prepare and train on ``fragments``; returns rank-averaged metrics."""
@@ -298,19 +324,8 @@ class PPOLearner:
         self.model.train()
         batches = self.prepare(fragments)
         metrics = self.train_epochs(batches, iteration, generator)
-        values = torch.cat([b.old_values for b in batches])
-        returns = torch.cat([b.returns for b in batches])
-        lag = np.concatenate([version - f.version for f in fragments])
-        metrics.update({
-            "ppo/explained_variance": explained_variance(values, returns, torch.ones_like(values, dtype=torch.bool)),
-            "ppo/learning_rate": lr,
-            "ppo/rho": self.rho,
-            "ppo/gae_chained_fraction": self.chained_fraction,
-            "data/version_lag_mean": float(lag.mean()),
-            "data/version_lag_max": float(lag.max()),
-            "data/fragments": float(len(fragments)),
-            "data/reward_mean": float(np.mean([f.reward.mean() for f in fragments])),
-            "ppo/skipped_steps_total": float(self.skipped_steps),
-        })
+        metrics.update(self._data_metrics(batches, fragments, version))
+        metrics.update({"ppo/learning_rate": lr, "ppo/rho": self.rho,
+                        "ppo/skipped_steps_total": float(self.skipped_steps)})
         self.rho *= self.config.coef_rho_decay
         return metrics
