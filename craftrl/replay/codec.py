@@ -116,7 +116,8 @@ def _encode_node(value: Any, arrays: list[np.ndarray], path: str) -> Any:
     if type(value) is float:
         return {"f": value.hex()}
     if _plain_array(value):
-        arrays.append(np.ascontiguousarray(value))
+        # not np.ascontiguousarray: it turns 0-d arrays (scalar observations) into shape (1,)
+        arrays.append(value if value.flags.c_contiguous else value.copy(order="C"))
         return {"a": len(arrays) - 1}
     if isinstance(value, np.generic) and _plain_array(np.asarray(value)):
         arrays.append(np.asarray(value).reshape(()))

@@ -52,6 +52,15 @@ def test_array_action_non_contiguous_and_zero_sized_arrays_round_trip(make_fragm
     assert_same_fragment(fragment, decoded)
 
 
+def test_zero_dimensional_arrays_keep_their_shape(make_fragment):
+    fragment = make_fragment(length=4)
+    fragment.next_obs["t"] = np.asarray(np.int64(7))  # a scalar observation entry
+    fragment.state_in = [np.asarray(np.float32(0.5))]
+    decoded = decode_fragment(encode_fragment(fragment))
+    assert decoded.next_obs["t"].shape == () and decoded.state_in[0].shape == ()
+    assert_same_fragment(fragment, decoded)
+
+
 def test_game_frames_compress(make_fragment):
     fragment = make_fragment(length=64, image_size=32)
     fragment.obs["image"][:] = fragment.obs["image"][:1]  # a static scene: frames repeat
