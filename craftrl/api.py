@@ -12,6 +12,7 @@ before anything starts, so a typo fails in one line instead of after Ray and the
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from craftrl.config.loading import check_generator
@@ -54,14 +55,47 @@ def start_rolloutmanager(policy_generator: Callable[[], Any], env_generator: Cal
 
 
 def start_trainer(policy_generator: Callable[[], Any], env_generator: Callable[[], Any],
-                  online_cfg: Mapping[str, Any] | OnlineConfig, whole_config: str | None = None) -> Any:
+                  online_cfg: Mapping[str, Any] | OnlineConfig, whole_config: str | None = None, *,
+                  run_dir: str | None = None) -> Any:
     """Run the PPO trainer until ``train_config.num_iterations``; blocks like MineStudio's ``fit()``.
 
-    ``whole_config`` is the config file's text, saved with checkpoints. Not implemented yet: the trainer
-    lands with issue 7.
+    Needs the rollout side (``start_rolloutmanager``) running. ``whole_config`` is the config file's text,
+    saved in the run directory. Metrics go to the run's ``metrics`` actor; without one (a plain API call),
+    a run directory is created under ``output_root``. Returns Ray Train's ``Result``.
     """
-    _validated(policy_generator, env_generator, online_cfg)
+    import ray
+
+    from craftrl.config.loading import config_to_dict
+    from craftrl.ray_bootstrap import ray_init
+    from craftrl.run_dir import RunDirectory
+    from craftrl.train.trainer import METRICS_NAME, run_trainer
+
+    config = _absolute_paths(_validated(policy_generator, env_generator, online_cfg))
     if whole_config is not None and not isinstance(whole_config, str):
         raise TypeError(f"start_trainer: whole_config: expected the config source text (str) or None, "
                         f"got {type(whole_config).__name__}")
-    raise NotImplementedError("start_trainer: the PPO trainer is not implemented yet (issue 7, PPO trainer)")
+    if not ray.is_initialized():
+        ray_init(config)
+    if run_dir is None:
+        directory = RunDirectory.create(config.output_root, config.logger_config.name)
+        directory.save_config(config, whole_config or "", "config.py")
+        run_dir = str(directory.root)
+    try:
+        ray.get_actor(METRICS_NAME)
+    except ValueError:
+        start_metrics_sink(run_dir, config)
+    return run_trainer(policy_generator, config_to_dict(config), storage_path=str(Path(run_dir) / "ray_train"))
+
+
+def start_metrics_sink(run_dir: str, config: OnlineConfig, console: bool = True) -> Any:
+    """The named ``metrics`` actor every component logs to (console, metrics.jsonl, TensorBoard, wandb)."""
+    import ray
+
+    from craftrl.config.loading import config_to_dict
+    from craftrl.metrics import MetricsSink
+    from craftrl.train.trainer import METRICS_NAME
+
+    sink = ray.remote(MetricsSink).options(name=METRICS_NAME, num_cpus=0).remote(
+        run_dir, config.logger_config, config_to_dict(config), console)
+    ray.get(sink.ready.remote())  # surfaces a sink start-up error (e.g. wandb) here
+    return sink

@@ -160,6 +160,9 @@ class MetricsSink:
                  config: Mapping[str, Any] | None = None, console: bool = True):
         self._logger = MetricsLogger(Path(run_dir), logger_config, config, console=console)
 
+    def ready(self) -> bool:
+        return True
+
     def log(self, metrics: Mapping[str, Any], step: int, wall_time: float) -> None:
         self._logger.log(metrics, step, wall_time)
 

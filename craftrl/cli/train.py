@@ -1,4 +1,4 @@
-"""``craftrl train``: run directory, Ray, rollout manager, trainer -- in that order."""
+"""``craftrl train``: run directory, Ray, metrics, rollout side, trainer -- in that order."""
 
 from __future__ import annotations
 
@@ -10,32 +10,39 @@ from craftrl.run_dir import RunDirectory
 
 
 def train_command(loaded: LoadedConfig) -> int:
+    import ray
+
     from craftrl import api
-    from craftrl.cli.main import EXIT_BAD_INPUT, EXIT_NOT_AVAILABLE
+    from craftrl.cli.main import EXIT_BAD_INPUT
+    from craftrl.rollout.start import stop_rollout_system
+    from craftrl.train.checkpoint import list_checkpoints
 
     config = loaded.online
     run_dir = RunDirectory.create(config.output_root, config.logger_config.name)
     config = run_dir.resolve_config_paths(config)
     run_dir.save_config(config, loaded.source_text, loaded.origin)
-    print(f"craftrl: run directory {run_dir.root}")
+    print(f"craftrl: run directory {run_dir.root}", flush=True)
     try:
         ray_init(config)
     except ClusterResourceError as error:
         print(f"craftrl: error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    sink = None
     try:
+        sink = api.start_metrics_sink(str(run_dir.root), config)
         api.start_rolloutmanager(loaded.policy_generator, loaded.env_generator, config)
-        api.start_trainer(loaded.policy_generator, loaded.env_generator, config, whole_config=loaded.source_text)
-    except NotImplementedError as error:
-        print(f"craftrl: {error}; the run directory holds the resolved config", file=sys.stderr)
-        return EXIT_NOT_AVAILABLE
+        api.start_trainer(loaded.policy_generator, loaded.env_generator, config, whole_config=loaded.source_text,
+                          run_dir=str(run_dir.root))
     finally:
-        import ray
-
-        from craftrl.rollout.start import stop_rollout_system
-
         if ray.is_initialized():
             stop_rollout_system()  # detached actors would otherwise outlive the run on a cluster
+            if sink is not None:
+                ray.get(sink.close.remote())
         ray.shutdown()
-    print(f"craftrl: done; results in {run_dir.root}")
+    checkpoints = list_checkpoints(config.train_config.save_path)
+    print(f"craftrl: done. run directory: {run_dir.root}")
+    print(f"craftrl:   metrics: {run_dir.metrics_path} (tensorboard --logdir {run_dir.tensorboard_dir})")
+    if checkpoints:
+        print(f"craftrl:   latest checkpoint: {checkpoints[-1][1]}")
+    print(f"craftrl:   videos: {config.rollout_config.worker_config.video_output_dir}")
     return 0

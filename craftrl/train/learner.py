@@ -87,6 +87,21 @@ def slice_time(tree: Any, start: int, end: int) -> Any:
     return tree_map(lambda t: t[:, start:end], tree)
 
 
+def zero_value_output(policy: torch.nn.Module) -> bool:
+    """``zero_initial_vf``: zero the value head's output layer so initial predictions are 0.
+
+    Only the output layer: the normaliser statistics stay as they are (MineStudio zeroed those too, which
+    silently set the value scale to sqrt(min_var)). Returns False for a policy without such a layer.
+    """
+    linear = getattr(getattr(policy, "value_head", None), "linear", None)
+    if not isinstance(linear, torch.nn.Linear):
+        return False
+    with torch.no_grad():
+        linear.weight.zero_()
+        linear.bias.zero_()
+    return True
+
+
 class PPOLearner:
     """Holds the model (DDP-wrapped or not), optimiser, reference policy and the PPO schedule state."""
 
@@ -110,16 +125,6 @@ class PPOLearner:
         for parameter in reference.parameters():
             parameter.requires_grad_(False)
         return reference
-
-    def zero_value_output(self) -> bool:
-        """``zero_initial_vf``: zero the value head's output layer so initial predictions are 0."""
-        linear = getattr(getattr(self.policy, "value_head", None), "linear", None)
-        if not isinstance(linear, torch.nn.Linear):
-            return False
-        with torch.no_grad():
-            linear.weight.zero_()
-            linear.bias.zero_()
-        return True
 
     def set_learning_rate(self, iteration: int) -> float:
         lr = self.config.learning_rate

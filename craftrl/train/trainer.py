@@ -1,0 +1,243 @@
+"""The PPO trainer on Ray Train: one long ``TorchTrainer.fit()`` whose workers loop over iterations.
+
+Per iteration, on every rank:
+
+1. sample ``batch_size_per_gpu * batches_per_iteration / fragments_per_chunk`` chunks from the replay buffer
+   and read them through the reader pool (records come straight from LMDB, not through the buffer actor);
+2. agree with the other ranks on how many fragments to use (a chunk that failed to read must not leave the
+   ranks with different batch counts, which would hang DDP), then ``PPOLearner.iteration``;
+3. rank 0: publish ``(version, weights ref)`` to the rollout manager (not awaited), tell the buffer the new
+   version, request a video when due, log metrics, save a checkpoint when due.
+
+One ``fit()`` per run because starting Ray Train costs 10-16 s (ray_and_deps.md §3); ``num_workers=0`` is Ray
+Train's local mode, which runs this same loop in the driver process.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from craftrl.config.loading import config_to_yaml
+from craftrl.config.validate import build_config
+from craftrl.train.checkpoint import (TrainingState, apply_retention, load_checkpoint, resolve_resume,
+                                      restore_rng_state, save_checkpoint)
+from craftrl.train.learner import PPOLearner, all_reduce, distributed, zero_value_output
+
+logger = logging.getLogger(__name__)
+METRICS_NAME = "metrics"
+KEEP_LAST_CHECKPOINTS = 3
+
+
+def _named(name: str) -> Any:
+    import ray
+
+    try:
+        return ray.get_actor(name)
+    except ValueError:
+        return None
+
+
+def _device(num_gpus: float) -> torch.device:
+    if num_gpus > 0 and torch.cuda.is_available():
+        import ray.train.torch
+
+        return ray.train.torch.get_device()
+    return torch.device("cpu")
+
+
+class _Run:
+    """State of one rank's training run (what the loop function would otherwise keep in locals)."""
+
+    def __init__(self, loop_config: dict[str, Any]):
+        import ray
+        import ray.train
+
+        from craftrl.metrics import MetricsClient
+        from craftrl.replay.reader import ReaderPool
+        from craftrl.rollout.start import MANAGER_NAME, REPLAY_NAME, STATISTICS_NAME
+
+        self.online = build_config(loop_config["online"])
+        self.config_yaml = config_to_yaml(self.online)
+        train = self.train = self.online.train_config
+        context = ray.train.get_context()
+        self.rank, self.world = context.get_world_rank(), context.get_world_size()
+        self.device = _device(train.num_gpus_per_worker)
+        if train.num_cpus_per_worker >= 1:
+            torch.set_num_threads(int(train.num_cpus_per_worker))
+        torch.manual_seed(self.online.seed)  # identical initial weights on every rank
+        policy: torch.nn.Module = loop_config["policy_generator"]().to(self.device)
+        reference = PPOLearner.make_reference(policy) if train.kl_divergence_coef_rho > 0 else None
+        self.state = TrainingState(rho=train.kl_divergence_coef_rho)
+        resumed = self._maybe_resume(policy, reference)
+        if not resumed and train.zero_initial_vf:
+            zero_value_output(policy)
+        model: torch.nn.Module = policy
+        if distributed():
+            from torch.nn.parallel import DistributedDataParallel
+
+            model = DistributedDataParallel(policy, device_ids=[self.device.index] if self.device.type == "cuda"
+                                            else None)
+        self.learner = PPOLearner(model, train, self.device, reference)
+        self.learner.rho = self.state.rho
+        if resumed and train.resume_optimizer and self._payload.get("optimizer"):
+            self.learner.optimizer.load_state_dict(self._payload["optimizer"])
+            if self._payload.get("scaler"):
+                self.learner.scaler.load_state_dict(self._payload["scaler"])
+        self.generator = torch.Generator().manual_seed(self.online.seed * 7919 + self.rank + self.state.iteration)
+        self.replay = _named(REPLAY_NAME)
+        self.manager = _named(MANAGER_NAME)
+        self.statistics = _named(STATISTICS_NAME)
+        if self.replay is None:
+            raise RuntimeError("no replay buffer actor is running: call start_rolloutmanager before start_trainer")
+        self.readers = ReaderPool(self.replay, num_readers=train.num_readers,
+                                  num_cpus_per_reader=train.num_cpus_per_reader,
+                                  prefetch_batches=train.prefetch_batches)
+        sink = _named(METRICS_NAME)
+        self.metrics = MetricsClient(sink) if sink is not None and self.rank == 0 else None
+        self.started = time.monotonic()
+
+    def _maybe_resume(self, policy: torch.nn.Module, reference: torch.nn.Module | None) -> bool:
+        self._payload: dict[str, Any] = {}
+        if not self.train.resume:
+            return False
+        path = resolve_resume(self.train.resume, self.train.save_path)
+        self._payload = load_checkpoint(path, map_location=self.device)
+        policy.load_state_dict(self._payload["model"])
+        if reference is not None and self._payload.get("reference") is not None:
+            reference.load_state_dict(self._payload["reference"])
+        self.state = self._payload["training"]
+        restore_rng_state(self._payload["rng"])
+        logger.info("resumed from %s at iteration %d (version %d)", path, self.state.iteration, self.state.version)
+        return True
+
+    # ------------------------------------------------------------------ per iteration
+
+    def chunks_per_iteration(self) -> int:
+        buffer = self.online.rollout_config.replay_buffer_config
+        return max(1, self.train.batch_size_per_gpu * self.train.batches_per_iteration // buffer.fragments_per_chunk)
+
+    def fetch(self) -> list[Any]:
+        import ray
+
+        descriptors = ray.get(self.replay.sample_chunks.remote(self.chunks_per_iteration()))
+        fragments = [f for result in self.readers.read(descriptors) if result.ok for f in result.fragments]
+        # Every rank must run the same number of batches or DDP's collectives hang: use the common minimum.
+        common = all_reduce(torch.tensor([len(fragments)], device=self.device),
+                            torch.distributed.ReduceOp.MIN if distributed() else None)
+        return fragments[:int(common.item())]
+
+    def publish(self) -> float:
+        """Rank 0: ship CPU weights to the rollout workers; returns the seconds it took (not awaited)."""
+        import ray
+
+        started = time.monotonic()
+        if self.rank == 0:
+            weights = {k: v.detach().cpu() for k, v in self.learner.policy.state_dict().items()}
+            reference = ray.put(weights)
+            if self.manager is not None:
+                self.manager.update_weights.remote(self.state.version, [reference])
+            self.replay.update_version.remote(self.state.version)
+        return time.monotonic() - started
+
+    def log(self, metrics: dict[str, float]) -> None:
+        import ray
+
+        if self.metrics is None:
+            return
+        extra: dict[str, float] = {}
+        calls = []
+        if self.manager is not None:
+            calls.append(self.manager.status.remote())
+        if self.statistics is not None:
+            calls.append(self.statistics.summary.remote())
+        calls.append(self.replay.metrics.remote())
+        try:
+            for result in ray.get(calls, timeout=10):
+                extra.update(result)
+        except Exception as error:  # statistics are nice to have; training goes on
+            logger.warning("collecting rollout statistics failed: %s", error)
+        self.state.env_steps = int(extra.get("rollout/env_steps", self.state.env_steps))
+        metrics = {**metrics, **extra, "train/iteration": float(self.state.iteration),
+                   "train/version": float(self.state.version), "train/trained_samples": float(self.state.trained_samples),
+                   "train/elapsed_s": time.monotonic() - self.started}
+        self.metrics.log(metrics, step=self.state.trained_samples)
+
+    def checkpoint(self, final: bool = False) -> None:
+        if self.rank != 0:
+            return
+        interval = self.train.save_interval
+        if not final and not (interval and self.state.iteration % interval == 0):
+            return
+        learner = self.learner
+        self.state.rho = learner.rho
+        save_checkpoint(self.train.save_path, self.state, model=learner.policy.state_dict(),
+                        optimizer=learner.optimizer.state_dict(),
+                        reference=learner.reference.state_dict() if learner.reference is not None else None,
+                        scaler=learner.scaler.state_dict() if learner.use_amp else None,
+                        config_yaml=self.config_yaml)
+        apply_retention(self.train.save_path, self.train.keep_interval, KEEP_LAST_CHECKPOINTS)
+
+    def close(self) -> None:
+        self.readers.close()
+        if self.metrics is not None:
+            self.metrics.flush()
+
+
+def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
+    """The body every Ray Train worker runs (rank 0 also publishes, logs and checkpoints)."""
+    run = _Run(loop_config)
+    train = run.train
+    try:
+        run.publish()  # the workers act with the learner's initial (or resumed) weights from the start
+        while run.state.iteration < train.num_iterations:
+            waited = time.monotonic()
+            fragments = run.fetch()
+            waited = time.monotonic() - waited
+            computed = time.monotonic()
+            metrics = run.learner.iteration(fragments, run.state.iteration, run.state.version, run.generator)
+            computed = time.monotonic() - computed
+            run.state.iteration += 1
+            run.state.trained_samples += int(metrics["data/env_steps"]) if "data/env_steps" in metrics else 0
+            if run.state.iteration > train.vf_warmup:  # no new policy during value warm-up
+                run.state.version += 1
+            broadcast = run.publish()
+            interval = train.record_video_interval
+            if run.rank == 0 and interval and run.state.iteration % interval == 0 and run.manager is not None:
+                run.manager.request_video.remote(run.state.iteration, run.state.version)
+            metrics.update({"time/wait_data_s": waited, "time/compute_s": computed, "time/broadcast_s": broadcast,
+                            "time/samples_per_s": metrics.get("data/env_steps", 0.0) / max(computed, 1e-9)})
+            run.log(metrics)
+            run.checkpoint()
+        run.checkpoint(final=True)
+    finally:
+        run.close()
+
+
+def run_trainer(policy_generator: Callable[[], Any], online_config: dict[str, Any],
+                storage_path: str | Path) -> Any:
+    """Start one ``TorchTrainer.fit()`` for the whole run and block until it ends."""
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    online = build_config(online_config)
+    train = online.train_config
+    use_gpu = train.num_gpus_per_worker > 0
+    resources = {"CPU": train.num_cpus_per_worker}
+    if use_gpu:
+        resources["GPU"] = train.num_gpus_per_worker
+    scaling = ScalingConfig(num_workers=train.num_workers, use_gpu=use_gpu,
+                            resources_per_worker=resources if train.num_workers > 0 else None)
+    trainer = TorchTrainer(
+        train_loop_per_worker,
+        train_loop_config={"online": online_config, "policy_generator": policy_generator},
+        scaling_config=scaling,
+        # a unique name: reusing one with the same storage path would make Ray Train "resume" it
+        run_config=RunConfig(name=f"craftrl-{uuid.uuid4().hex[:8]}", storage_path=str(storage_path)),
+    )
+    return trainer.fit()
