@@ -87,6 +87,9 @@ def start_trainer(policy_generator: Callable[[], Any], env_generator: Callable[[
     return run_trainer(policy_generator, config_to_dict(config), storage_path=str(Path(run_dir) / "ray_train"))
 
 
+_METRICS_SINKS: list[Any] = []
+
+
 def start_metrics_sink(run_dir: str, config: OnlineConfig, console: bool = True) -> Any:
     """The named ``metrics`` actor every component logs to (console, metrics.jsonl, TensorBoard, wandb)."""
     import ray
@@ -98,4 +101,5 @@ def start_metrics_sink(run_dir: str, config: OnlineConfig, console: bool = True)
     sink = ray.remote(MetricsSink).options(name=METRICS_NAME, num_cpus=0).remote(
         run_dir, config.logger_config, config_to_dict(config), console)
     ray.get(sink.ready.remote())  # surfaces a sink start-up error (e.g. wandb) here
+    _METRICS_SINKS[:] = [sink]  # a non-detached named actor dies with its creator's last handle
     return sink

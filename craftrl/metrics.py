@@ -69,10 +69,18 @@ class TensorBoardSink:
 
 
 class ConsoleSink:
-    """A compact line every ``interval`` seconds: a person watches trends, not every number."""
+    """A progress line every ``interval`` seconds: what a person watching a run wants to know.
 
-    def __init__(self, interval: float, stream=None):
+    ``iter 12/400 | 31.5k env steps | 155 sps | return 0.35 | cows 0.30 | lag 1.2 | 3m20s, ETA 1h48m``;
+    records without training keys (e.g. a component's own report) fall back to their first few numbers.
+    """
+
+    HEADLINE = (("rollout/sps", "{:.0f} sps"), ("episodes/return_mean", "return {:.2f}"),
+                ("episodes/cows_killed_mean", "cows {:.2f}"), ("data/version_lag_mean", "lag {:.1f}"))
+
+    def __init__(self, interval: float, num_iterations: int | None = None, stream=None):
         self._interval = interval
+        self._num_iterations = num_iterations
         self._stream = stream or sys.stdout
         self._last = -math.inf
 
@@ -80,11 +88,37 @@ class ConsoleSink:
         if wall_time - self._last < self._interval:
             return
         self._last = wall_time
-        shown = " ".join(f"{k}={v:.4g}" for k, v in sorted(_numeric(metrics).items())[:12])
-        print(f"[step {step}] {shown}", file=self._stream, flush=True)
+        print(self.format(_numeric(metrics), step), file=self._stream, flush=True)
+
+    def format(self, numbers: Mapping[str, float], step: int) -> str:
+        if "train/iteration" not in numbers:
+            shown = " ".join(f"{k}={v:.4g}" for k, v in sorted(numbers.items())[:8])
+            return f"[step {step}] {shown}"
+        iteration = int(numbers["train/iteration"])
+        total = f"/{self._num_iterations}" if self._num_iterations else ""
+        parts = [f"iter {iteration}{total}", f"{_short(numbers.get('rollout/env_steps', step))} env steps"]
+        parts += [fmt.format(numbers[key]) for key, fmt in self.HEADLINE if key in numbers]
+        elapsed = numbers.get("train/elapsed_s")
+        if elapsed is not None:
+            timing = _duration(elapsed)
+            if self._num_iterations and iteration:
+                timing += f", ETA {_duration(elapsed / iteration * (self._num_iterations - iteration))}"
+            parts.append(timing)
+        return " | ".join(parts)
 
     def close(self) -> None:
         pass
+
+
+def _short(value: float) -> str:
+    return f"{value / 1e6:.2f}M" if value >= 1e6 else f"{value / 1e3:.1f}k" if value >= 1e3 else f"{value:.0f}"
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(max(seconds, 0))
+    hours, rest = divmod(seconds, 3600)
+    minutes, seconds = divmod(rest, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{seconds:02d}s"
 
 
 def wandb_has_api_key() -> bool:
@@ -129,7 +163,8 @@ class MetricsLogger:
         if tensorboard:
             self.sinks.append(TensorBoardSink(run_dir / "tensorboard"))
         if console:
-            self.sinks.append(ConsoleSink(logger_config.console_interval))
+            iterations = (config or {}).get("train_config", {}).get("num_iterations")
+            self.sinks.append(ConsoleSink(logger_config.console_interval, iterations))
         if logger_config.project and logger_config.wandb_mode != "disabled":
             self.sinks.append(WandbSink(logger_config, run_dir, config))
         self._broken: set[int] = set()

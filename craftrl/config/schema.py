@@ -72,13 +72,13 @@ UNIT_INTERVAL = between(0.0, 1.0)
 class DatabaseConfig:
     path: str = key("replay_buffer", "Directory of the LMDB replay store; relative paths resolve inside the run directory.")
     num_shards: int = key(8, "Number of LMDB shards (separate environments) the fragments are spread over.", AT_LEAST_ONE)
-    max_fragment_bytes: int = key(4 << 20, "Expected compressed size of one fragment in bytes; sizes the LMDB map and the free-disk check at start.", AT_LEAST_ONE)
+    max_fragment_bytes: int = key(1 << 20, "Expected compressed size of one fragment in bytes; sizes the LMDB map and the free-disk check at start.", AT_LEAST_ONE)
     compression_level: int = key(3, "zstd level for stored fragments (1 fastest, 22 smallest).", between(1, 22))
 
 
 @dataclass
 class ReplayBufferConfig:
-    max_chunks: int = key(4800, "Capacity in chunks; the oldest chunk is evicted first (FIFO) when full.", AT_LEAST_ONE)
+    max_chunks: int = key(512, "Capacity in chunks; the oldest chunk is evicted first (FIFO) when full.", AT_LEAST_ONE)
     max_reuse: int = key(2, "A chunk is sampled for training at most this many times, then retired.", AT_LEAST_ONE)
     max_staleness: int = key(2, "A chunk whose oldest step is more than this many policy versions behind the trainer is never sampled.", NON_NEGATIVE)
     fragments_per_report: int = key(40, "The buffer reports its metrics (size, throughput, evictions) every this many added fragments.", AT_LEAST_ONE)

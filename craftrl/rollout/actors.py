@@ -9,7 +9,8 @@ Threads inside a worker actor (``max_concurrency`` lets Ray run its methods besi
   swaps them between forward passes), ``request_video`` and ``status``.
 
 The manager checks its workers every ``health_interval`` seconds and recreates a dead or broken one
-(counted), handing it the latest weights so it does not act with stale ones.
+(counted), handing it the latest weights so it does not act with stale ones. A worker that merely answers
+slowly (a loaded machine) is replaced only after ``MAX_MISSED_STATUS`` unanswered checks in a row.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ from craftrl.rollout.video import video_filename, write_mp4_in_background
 from craftrl.rollout.worker import EpisodeRecord, RolloutLoop
 
 logger = logging.getLogger(__name__)
+MAX_MISSED_STATUS = 3
+CUMULATIVE_KEYS = ("env_steps", "fragments_sent", "restarts", "emit_wait_s", "inference_s", "env_wait_s")
 
 
 def rollout_device(num_gpus: float) -> torch.device:
@@ -171,6 +174,8 @@ class RolloutManager:
         self.recreated = 0
         self.latest_weights: tuple[int, list[Any]] | None = None
         self.last_status: list[dict[str, Any]] = []
+        self.missed: dict[int, int] = {}
+        self.retired = dict.fromkeys(CUMULATIVE_KEYS, 0.0)  # counters of replaced workers, so totals never drop
         self._started = time.monotonic()
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -197,23 +202,42 @@ class RolloutManager:
         if worker is not None:
             worker.request_video.remote({"iteration": iteration, "version": version})
 
-    def status(self) -> dict[str, Any]:
-        statuses = self.last_status
-        steps = sum(s.get("env_steps", 0) for s in statuses)
+    def status(self, fresh: bool = True) -> dict[str, Any]:
+        """Rollout totals; ``fresh`` asks the workers now (a slow one contributes its last known status)."""
+        if fresh:
+            self._refresh_statuses()
+        statuses = [s for s in self.last_status if s]
+        totals = {key: self.retired[key] + sum(s.get(key, 0.0) for s in statuses) for key in CUMULATIVE_KEYS}
         elapsed = time.monotonic() - self._started
         latest = self.latest_weights[0] if self.latest_weights else -1
         return {
-            "rollout/env_steps": float(steps),
-            "rollout/sps": steps / elapsed if elapsed > 0 else 0.0,
+            "rollout/env_steps": float(totals["env_steps"]),
+            "rollout/sps": totals["env_steps"] / elapsed if elapsed > 0 else 0.0,
             "rollout/queue_fill": float(sum(s.get("queue_fill", 0) for s in statuses)),
-            "rollout/env_restarts": float(sum(s.get("restarts", 0) for s in statuses)),
+            "rollout/env_restarts": float(totals["restarts"]),
             "rollout/workers_recreated": float(self.recreated),
             "rollout/version_lag_max": float(max((latest - s.get("version", -1) for s in statuses), default=0)),
-            "rollout/emit_wait_s": float(sum(s.get("emit_wait_s", 0.0) for s in statuses)),
-            "rollout/inference_s": float(sum(s.get("inference_s", 0.0) for s in statuses)),
-            "rollout/env_wait_s": float(sum(s.get("env_wait_s", 0.0) for s in statuses)),
-            "rollout/fragments_sent": float(sum(s.get("fragments_sent", 0) for s in statuses)),
+            "rollout/emit_wait_s": float(totals["emit_wait_s"]),
+            "rollout/inference_s": float(totals["inference_s"]),
+            "rollout/env_wait_s": float(totals["env_wait_s"]),
+            "rollout/fragments_sent": float(totals["fragments_sent"]),
         }
+
+    def _refresh_statuses(self, timeout: float = 5.0) -> None:
+        import ray
+
+        with self._lock:
+            workers = list(self.workers)
+        statuses = list(self.last_status) + [{}] * (len(workers) - len(self.last_status))
+        refs = [worker.status.remote() for worker in workers]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
+        for index, ref in enumerate(refs):
+            if ref in ready:
+                try:
+                    statuses[index] = ray.get(ref)
+                except ray.exceptions.RayActorError:
+                    pass  # the health thread replaces it
+        self.last_status = statuses
 
     def worker_handles(self) -> list[Any]:
         return list(self.workers)
@@ -249,20 +273,27 @@ class RolloutManager:
         while not self._stop.wait(self.health_interval):
             with self._lock:
                 workers = list(self.workers)
-            statuses = []
+            statuses: list[dict[str, Any]] = list(self.last_status) + [{}] * (len(workers) - len(self.last_status))
             for index, worker in enumerate(workers):
                 try:
                     status = ray.get(worker.status.remote(), timeout=max(10.0, self.health_interval * 5))
-                except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as error:
-                    status = {"error": f"{type(error).__name__}", "alive": False}
+                except ray.exceptions.GetTimeoutError:
+                    self.missed[index] = self.missed.get(index, 0) + 1
+                    if self.missed[index] < MAX_MISSED_STATUS:
+                        continue  # slow, not dead: keep its last status
+                    status = {"error": f"no status answer in {MAX_MISSED_STATUS} checks", "alive": False}
+                except ray.exceptions.RayActorError as error:
+                    status = {"error": type(error).__name__, "alive": False}
+                self.missed[index] = 0
                 if status.get("error") or not status.get("alive", True):
                     logger.warning("rollout worker %d is broken (%s); recreating it", index, status.get("error"))
-                    self._replace(index, worker)
+                    self._replace(index, worker, statuses[index])
+                    statuses[index] = {}
                     continue
-                statuses.append(status)
+                statuses[index] = status
             self.last_status = statuses
 
-    def _replace(self, index: int, worker: Any) -> None:
+    def _replace(self, index: int, worker: Any, last_status: dict[str, Any]) -> None:
         import ray
 
         try:
@@ -270,5 +301,7 @@ class RolloutManager:
         except Exception:
             pass
         with self._lock:
+            for key in CUMULATIVE_KEYS:
+                self.retired[key] += float(last_status.get(key, 0.0))
             self.recreated += 1
             self.workers[index] = self._create_worker(index)

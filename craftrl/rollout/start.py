@@ -20,6 +20,10 @@ from craftrl.rollout.actors import RolloutManager
 from craftrl.rollout.episode_stats import EpisodeStatistics
 from craftrl.rollout.sinks import ReplayBufferSink
 
+# A named actor that is not detached is destroyed when its creator drops the last handle, even while
+# other actors still use it through handles nested in their arguments. The driver keeps them here.
+_LIVE: list["RolloutHandles"] = []
+
 MANAGER_NAME = "rollout_manager"
 REPLAY_NAME = "replay_buffer"
 STATISTICS_NAME = "episode_statistics"
@@ -38,6 +42,7 @@ def stop_rollout_system(timeout: float = 30.0) -> bool:
     import ray
 
     found = False
+    _LIVE.clear()
     for name in (MANAGER_NAME, STATISTICS_NAME, REPLAY_NAME):
         try:
             handle = ray.get_actor(name)
@@ -69,4 +74,6 @@ def start_rollout_system(policy_generator: Callable[[], Any], env_generator: Cal
                                                  lifetime=lifetime).remote(
         env_generator, policy_generator, config_to_dict(config), ReplayBufferSink(replay), statistics)
     ray.get(manager.start.remote())
-    return RolloutHandles(manager, replay, statistics)
+    handles = RolloutHandles(manager, replay, statistics)
+    _LIVE.append(handles)
+    return handles

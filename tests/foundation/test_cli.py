@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +15,7 @@ SEED = str(TESTS / "config_fixtures" / "seed004.py")
 
 def craftrl(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "craftrl.cli.main", *args], capture_output=True, text=True,
-                          timeout=120)
+                          timeout=300)
 
 
 def test_config_check_accepts_the_seed_004_module():
@@ -45,19 +46,21 @@ def test_train_with_a_bad_config_fails_before_creating_anything(tmp_path: Path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_train_creates_the_run_directory_and_saves_the_config(tmp_path: Path):
-    result = craftrl("train", SEED, f"output_root={tmp_path}", "rollout_config.num_gpus_per_worker=0",
-                     "train_config.num_gpus_per_worker=0", "train_config.num_workers=0",
-                     "rollout_config.num_rollout_workers=1", "rollout_config.worker_config.num_envs=1",
-                     "rollout_config.worker_config.batch_size=1")
+def test_train_runs_a_tiny_config_end_to_end(tmp_path: Path):
+    tiny = str(TESTS / "config_fixtures" / "tiny.py")
+    result = craftrl("train", tiny, f"output_root={tmp_path}")
+    assert result.returncode == 0, result.stderr[-3000:]
     runs = list(tmp_path.iterdir())
-    assert len(runs) == 1 and runs[0].name.startswith("bow_cow-")
-    saved = yaml.safe_load((runs[0] / "config.yaml").read_text())
-    assert saved["train_config"]["save_path"] == str(runs[0] / "output")
-    assert (runs[0] / "config_source.py").read_text() == Path(SEED).read_text()
-    # Until the trainer exists (issue 7), train stops there and says so.
-    assert result.returncode == 3, result.stderr[-2000:]
-    assert "not implemented yet" in result.stderr
+    assert len(runs) == 1 and runs[0].name.startswith("tiny-")
+    run = runs[0]
+    saved = yaml.safe_load((run / "config.yaml").read_text())
+    assert saved["train_config"]["save_path"] == str(run / "checkpoints")
+    assert (run / "config_source.py").read_text() == Path(tiny).read_text()
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["train/version"] for r in records] == [1.0, 2.0]
+    assert (run / "checkpoints" / "iter_00000002" / "state.pt").is_file()
+    assert list((run / "tensorboard").iterdir())
+    assert f"run directory: {run}" in result.stdout
 
 
 def test_train_on_a_machine_without_gpus_says_which_keys_to_change(tmp_path: Path):

@@ -53,6 +53,15 @@ def test_metrics_reach_jsonl_tensorboard_and_console(tmp_path: Path, capsys):
     assert "[step 2] loss=0.3333" in capsys.readouterr().out
 
 
+def test_console_progress_line_shows_headline_numbers_and_eta():
+    from craftrl.metrics import ConsoleSink
+
+    line = ConsoleSink(0, num_iterations=10).format(
+        {"train/iteration": 2, "rollout/env_steps": 31500, "rollout/sps": 155.4, "episodes/return_mean": 0.35,
+         "episodes/cows_killed_mean": 0.3, "data/version_lag_mean": 1.24, "train/elapsed_s": 200.0}, step=0)
+    assert line == "iter 2/10 | 31.5k env steps | 155 sps | return 0.35 | cows 0.30 | lag 1.2 | 3m20s, ETA 13m20s"
+
+
 def test_wandb_runs_offline_without_an_api_key(tmp_path: Path, monkeypatch):
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc

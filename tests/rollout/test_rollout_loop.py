@@ -15,11 +15,14 @@ from craftrl.rollout.worker import RolloutLoop
 
 
 def collect(env_generator, *, num_envs=2, batch_size=1, fragment_length=4, fragments=6, **kwargs):
+    """Step until every env produced ``fragments / num_envs`` fragments (env processes start at different
+    speeds on a loaded machine, so a plain total could come from one env alone)."""
     out, episodes = [], []
     loop = RolloutLoop(env_generator, CountingPolicy(), num_envs=num_envs, batch_size=batch_size,
                        fragment_length=fragment_length, emit=out.append, on_episode=episodes.append, **kwargs)
+    per_env = -(-fragments // num_envs)
     try:
-        while len(out) < fragments:
+        while len(by_env(out)) < num_envs or min(len(chain) for chain in by_env(out).values()) < per_env:
             loop.step(timeout=30)
         return out, episodes, loop.stats()
     finally:
