@@ -24,7 +24,9 @@ from craftrl.policies.vpt import (
 )
 from craftrl.policies.vpt.network import EpisodeMaskedAttention
 
-SHARED = Path("/work/shared/vpt")
+# shared/ lies beside the repository (CI clones it next to a fresh checkout, wherever that is)
+SHARED = next((p for p in (Path(__file__).resolve().parents[3] / "shared" / "vpt", Path("/work/shared/vpt"))
+               if p.is_dir()), Path("/work/shared/vpt"))
 IMAGE = 16  # tiny images keep the CNN cheap; the transformer is what these tests exercise
 
 
