@@ -1,4 +1,4 @@
-"""``craftrl`` command line: train, config show, config check.
+"""``craftrl`` command line: train, eval, plot, config show, config check.
 
 Exit codes: 0 success, 2 bad input (config, arguments, cluster too small) -- always one line per problem
 and never a traceback -- and 3 when a part of the system the command needs is not built yet.
@@ -27,6 +27,17 @@ def build_parser() -> argparse.ArgumentParser:
                        help="join an existing Ray cluster ('auto' or host:port) instead of starting one")
     train.add_argument("--resume", default=None, help="checkpoint directory or 'latest' (sets train_config.resume)")
 
+    evaluate = commands.add_parser("eval", help="play episodes with a checkpoint and print their returns")
+    evaluate.add_argument("checkpoint", help="checkpoint directory, or a run directory (its newest checkpoint)")
+    evaluate.add_argument("--episodes", type=int, default=5)
+    evaluate.add_argument("--video", default=None, metavar="OUT.mp4", help="record the episodes to this mp4")
+    evaluate.add_argument("--deterministic", action="store_true", help="take the most likely action")
+    evaluate.add_argument("--config", default=None, help="config to build env and policy (default: the run's own)")
+
+    plot = commands.add_parser("plot", help="learning curves of one or more runs")
+    plot.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    plot.add_argument("--out", default=None, help="output PNG (default: RUN_DIR/curve.png)")
+
     config = commands.add_parser("config", help="inspect a config")
     config_commands = config.add_subparsers(dest="config_command", required=True)
     show = config_commands.add_parser("show", help="print the resolved config (defaults filled in) as YAML")
@@ -52,6 +63,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             else:
                 print(f"ok: {args.config} is a valid craftrl config")
             return 0
+        if args.command == "eval":
+            from craftrl.cli.evaluate import eval_command
+
+            if args.episodes < 1:
+                raise ConfigError([f"eval: --episodes: expected >= 1, got {args.episodes}"])
+            return eval_command(args.checkpoint, args.episodes, args.video, args.deterministic, args.config)
+        if args.command == "plot":
+            from craftrl.cli.plot import plot_command
+
+            return plot_command(args.run_dirs, args.out)
         if args.command == "train":
             from craftrl.cli.train import train_command
 

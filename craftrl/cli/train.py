@@ -41,6 +41,12 @@ def train_command(loaded: LoadedConfig) -> int:
         ray.shutdown()
     checkpoints = list_checkpoints(config.train_config.save_path)
     print(f"craftrl: done. run directory: {run_dir.root}")
+    try:
+        from craftrl.cli.plot import plot_runs
+
+        print(f"craftrl:   learning curve: {plot_runs([run_dir.root], run_dir.root / 'curve.png')}")
+    except Exception as error:  # a plot is a convenience; the run's results are already on disk
+        print(f"craftrl:   no learning curve ({error})")
     print(f"craftrl:   metrics: {run_dir.metrics_path} (tensorboard --logdir {run_dir.tensorboard_dir})")
     if checkpoints:
         print(f"craftrl:   latest checkpoint: {checkpoints[-1][1]}")

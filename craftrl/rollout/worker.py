@@ -98,7 +98,7 @@ def _is_scalar(value: Any) -> bool:
     return isinstance(value, (int, float, np.integer, np.floating))
 
 
-def _obs_batch(observations: list[dict[str, Any]], device: torch.device) -> dict[str, torch.Tensor]:
+def obs_batch(observations: list[dict[str, Any]], device: torch.device) -> dict[str, torch.Tensor]:
     """Stack numeric observation entries into ``[B, 1, ...]`` tensors (non-numeric entries are skipped)."""
     batch = {}
     for key, value in observations[0].items():
@@ -110,7 +110,7 @@ def _obs_batch(observations: list[dict[str, Any]], device: torch.device) -> dict
     return batch
 
 
-def _action_rows(action: Any, count: int) -> list[Any]:
+def action_rows(action: Any, count: int) -> list[Any]:
     """Per-env actions from a batched ``[B, 1, ...]`` action (tensor or dict of tensors), as numpy."""
     if isinstance(action, dict):
         parts = {key: value[:, 0].cpu().numpy() for key, value in action.items()}
@@ -238,7 +238,7 @@ class RolloutLoop:
         with torch.no_grad():
             state = merge_states([self.tracks[r.env_id].state for r in rows])
             first = torch.zeros(len(rows), 1, dtype=torch.bool, device=self.device)
-            latents, _ = self.policy(input=_obs_batch([r.final_obs for r in rows], self.device),
+            latents, _ = self.policy(input=obs_batch([r.final_obs for r in rows], self.device),
                                      state_in=state, first=first)
             values = self.policy.value_head.denormalize(latents["vpred"])[:, 0].cpu().numpy()
         return {r.env_id: float(v) for r, v in zip(rows, values)}
@@ -264,9 +264,9 @@ class RolloutLoop:
         states_in = [track.state for track in tracks]
         first = torch.tensor([[result.first] for result in group], dtype=torch.bool, device=self.device)
         with torch.no_grad():
-            out = self.policy.act(_obs_batch([result.obs for result in group], self.device),
+            out = self.policy.act(obs_batch([result.obs for result in group], self.device),
                                   merge_states(states_in), first)
-        actions = _action_rows(out.action, len(group))
+        actions = action_rows(out.action, len(group))
         logp = out.logp[:, 0].cpu().numpy()
         vpred = out.vpred[:, 0].cpu().numpy()
         states_out = split_state(out.state_out, len(group))

@@ -68,3 +68,30 @@ def test_train_on_a_machine_without_gpus_says_which_keys_to_change(tmp_path: Pat
     assert result.returncode == 2
     assert "set rollout_config.num_gpus_per_worker and train_config.num_gpus_per_worker to 0" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_eval_and_plot_work_on_a_trained_run(tmp_path: Path):
+    tiny = str(TESTS / "config_fixtures" / "tiny.py")
+    assert craftrl("train", tiny, f"output_root={tmp_path}").returncode == 0
+    run = next(tmp_path.iterdir())
+    assert (run / "curve.png").is_file(), "training writes its learning curve"
+    video = tmp_path / "eval.mp4"
+    result = craftrl("eval", str(run), "--episodes", "2", "--video", str(video), "--deterministic")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "iteration 2, version 2" in result.stdout
+    rows = [line.split() for line in result.stdout.splitlines() if line.strip().startswith(("1 ", "2 "))]
+    assert [row[1:3] for row in rows] == [["6.00", "6"], ["6.00", "6"]]  # scripted env: 6 steps, reward 1 each
+    import imageio.v2 as imageio
+
+    assert len(imageio.mimread(str(video))) == 2 * 7  # reset frame + 6 steps, per episode
+    out = tmp_path / "curves.png"
+    plotted = craftrl("plot", str(run), str(run), "--out", str(out))
+    assert plotted.returncode == 0 and out.stat().st_size > 10_000
+
+
+def test_eval_of_something_that_is_not_a_checkpoint_is_one_clear_error(tmp_path: Path):
+    result = craftrl("eval", str(tmp_path))
+    assert result.returncode == 2
+    assert "no checkpoint here" in result.stderr and "Traceback" not in result.stderr
+    result = craftrl("plot", str(tmp_path))
+    assert result.returncode == 2 and "no metrics.jsonl" in result.stderr

@@ -1,0 +1,126 @@
+"""``craftrl eval CHECKPOINT``: play episodes with a trained policy, print a table, optionally write an mp4.
+
+The generators come from the run directory's saved config source (``config_source.py`` / ``.yaml`` next to
+``checkpoints/``), or from ``--config`` when the checkpoint was moved. Episodes run in this process, one env,
+with the recurrent state carried and reset exactly as in training.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from craftrl.config.loading import LoadedConfig, load_config
+from craftrl.config.validate import ConfigError
+from craftrl.rollout.worker import action_rows, obs_batch
+from craftrl.train.checkpoint import STATE_FILE, list_checkpoints, load_checkpoint
+
+
+@dataclass
+class EpisodeResult:
+    episode_return: float
+    length: int
+    ending: str  # "terminated" or "truncated"
+    metrics: dict[str, float]
+
+
+def find_config_source(checkpoint: Path) -> Path | None:
+    """The run directory's saved config: ``<run>/checkpoints/iter_N`` -> ``<run>/config_source.*``."""
+    for directory in (checkpoint.parent.parent, checkpoint.parent):
+        for name in ("config_source.py", "config_source.yaml"):
+            if (directory / name).is_file():
+                return directory / name
+    return None
+
+
+def locate_checkpoint(argument: str) -> Path:
+    """A checkpoint directory, a ``checkpoints/`` directory or a run directory (its newest checkpoint)."""
+    path = Path(argument).expanduser()
+    if (path / STATE_FILE).is_file():
+        return path
+    for directory in (path, path / "checkpoints"):
+        found = list_checkpoints(directory)
+        if found:
+            return found[-1][1]
+    raise ConfigError([f"eval: {argument}: no checkpoint here (expected a run directory, its checkpoints/ "
+                       f"directory, or a checkpoint directory holding {STATE_FILE})"])
+
+
+def load_for_eval(checkpoint: str, config_spec: str | None) -> tuple[LoadedConfig, dict[str, Any], Path]:
+    path = locate_checkpoint(checkpoint)
+    try:
+        payload = load_checkpoint(path)
+    except (FileNotFoundError, ValueError) as error:
+        raise ConfigError([f"eval: {error}"]) from None
+    spec = config_spec or find_config_source(path)
+    if spec is None:
+        raise ConfigError([f"eval: no config_source.py/.yaml found near {path}; pass --config CONFIG"])
+    return load_config(str(spec)), payload, path
+
+
+def play(loaded: LoadedConfig, model_state: dict[str, torch.Tensor], episodes: int, deterministic: bool,
+         record: bool, seed: int = 0) -> tuple[list[EpisodeResult], list[np.ndarray]]:
+    from craftrl.rollout.worker import episode_metrics
+
+    policy = loaded.policy_generator()
+    policy.load_state_dict(model_state)
+    policy.eval()
+    env = loaded.env_generator()
+    results, frames = [], []
+    try:
+        for episode in range(episodes):
+            obs, _ = env.reset(seed=seed + episode)
+            state, first, total, length = policy.initial_state(1), True, 0.0, 0
+            if record:
+                frames.append(np.asarray(env.render()))
+            while True:
+                with torch.no_grad():
+                    out = policy.act(obs_batch([obs], policy.device), state,
+                                     torch.tensor([[first]], device=policy.device), deterministic=deterministic)
+                obs, reward, terminated, truncated, info = env.step(action_rows(out.action, 1)[0])
+                state, first = out.state_out, False
+                total, length = total + float(reward), length + 1
+                if record:
+                    frames.append(np.asarray(env.render()))
+                if terminated or truncated:
+                    results.append(EpisodeResult(total, length, "terminated" if terminated else "truncated",
+                                                 episode_metrics(info)))
+                    break
+    finally:
+        env.close()
+    return results, frames
+
+
+def format_table(results: list[EpisodeResult], metric_keys: tuple[str, ...] = ("cows_killed",)) -> str:
+    keys = [k for k in metric_keys if any(k in r.metrics for r in results)]
+    header = ["episode", "return", "length", *keys, "ending"]
+    rows = [[str(i + 1), f"{r.episode_return:.2f}", str(r.length), *[f"{r.metrics.get(k, float('nan')):g}" for k in keys],
+             r.ending] for i, r in enumerate(results)]
+    if results:
+        rows.append(["mean", f"{np.mean([r.episode_return for r in results]):.2f}",
+                     f"{np.mean([r.length for r in results]):.1f}",
+                     *[f"{np.mean([r.metrics.get(k, np.nan) for r in results]):.2f}" for k in keys], ""])
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(cell.rjust(width) for cell, width in zip(row, widths)) for row in [header, *rows]]
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    return "\n".join(lines)
+
+
+def eval_command(checkpoint: str, episodes: int, video: str | None, deterministic: bool,
+                 config_spec: str | None) -> int:
+    loaded, payload, path = load_for_eval(checkpoint, config_spec)
+    training = payload["training"]
+    print(f"craftrl eval: {path} (iteration {training.iteration}, version {training.version}), "
+          f"{episodes} episode(s), {'deterministic' if deterministic else 'sampled'} actions")
+    results, frames = play(loaded, payload["model"], episodes, deterministic, record=video is not None)
+    print(format_table(results))
+    if video is not None:
+        from craftrl.rollout.video import write_mp4
+
+        fps = loaded.online.rollout_config.worker_config.video_fps
+        print(f"craftrl eval: video {write_mp4(Path(video), frames, fps)} ({len(frames)} frames at {fps} fps)")
+    return 0
