@@ -1,0 +1,114 @@
+"""MineStudio's quick start ("kill cows"), on Crafter, with craftrl.
+
+Same structure and the same ``online_dict`` keys as MineStudio's online quick start; the values are sized
+for a 2-core laptop with no GPU. Run it either way:
+
+    craftrl train examples/kill_cows.py            # the CLI: run directory, progress line, curve at the end
+    python examples/kill_cows.py                   # the MineStudio way: start_rolloutmanager + start_trainer
+"""
+
+
+def policy_generator():
+    from craftrl.policies import default_policy_generator
+
+    return default_policy_generator(num_actions=17, image_shape=(64, 64, 3))
+
+
+def env_generator():
+    from craftrl.envs.crafter import (CrafterSim, GiveItemsCallback, JudgeResetCallback, RewardsCallback,
+                                      SummonMobsCallback)
+
+    return CrafterSim(
+        obs_size=(64, 64),
+        callbacks=[
+            SummonMobsCallback([{"name": "cow", "number": 10, "range_x": [-5, 5], "range_z": [-5, 5]}]),
+            RewardsCallback([{
+                "event": "kill_entity",
+                "objects": ["cow"],
+                "reward": 1.0,
+                "identity": "kill_cow",
+                "max_reward_times": 30,
+            }]),
+            GiveItemsCallback(commands=["/give @p minecraft:wood_sword 1"]),
+            JudgeResetCallback(600),
+        ],
+    )
+
+
+online_dict = {
+    "trainer_name": "PPOTrainer",
+    "detach_rollout_manager": False,
+    "rollout_config": {
+        "num_rollout_workers": 1,
+        "num_gpus_per_worker": 0.0,
+        "num_cpus_per_worker": 1,
+        "fragment_length": 128,
+        "to_send_queue_size": 4,
+        "worker_config": {
+            "num_envs": 4,
+            "batch_size": 2,
+            "restart_interval": None,
+            "video_fps": 20,
+            "video_output_dir": "videos",
+        },
+        "replay_buffer_config": {
+            "max_chunks": 256,
+            "max_reuse": 2,
+            "max_staleness": 2,
+            "fragments_per_report": 40,
+            "fragments_per_chunk": 1,
+            "database_config": {"path": "replay_buffer", "num_shards": 2},
+        },
+        "episode_statistics_config": {},
+    },
+    "train_config": {
+        "num_workers": 0,
+        "num_gpus_per_worker": 0.0,
+        "num_iterations": 300,
+        "vf_warmup": 0,
+        "learning_rate": 3e-4,
+        "anneal_lr_linearly": False,
+        "weight_decay": 0.0,
+        "adam_eps": 1e-5,
+        "batch_size_per_gpu": 8,
+        "batches_per_iteration": 2,
+        "gradient_accumulation": 1,
+        "epochs_per_iteration": 2,
+        "context_length": 64,
+        "discount": 0.99,
+        "gae_lambda": 0.95,
+        "ppo_clip": 0.2,
+        "clip_vloss": False,
+        "max_grad_norm": 0.5,
+        "zero_initial_vf": True,
+        "ppo_policy_coef": 1.0,
+        "ppo_vf_coef": 0.5,
+        "kl_divergence_coef_rho": 0.0,
+        "entropy_bonus_coef": 0.01,
+        "coef_rho_decay": 0.9995,
+        "log_ratio_range": 50,
+        "normalize_advantage_full_batch": True,
+        "use_normalized_vf": True,
+        "num_readers": 2,
+        "num_cpus_per_reader": 0.0,
+        "prefetch_batches": 2,
+        "save_interval": 25,
+        "keep_interval": 100,
+        "record_video_interval": 50,
+        "enable_ref_update": False,
+        "resume": None,
+        "resume_optimizer": True,
+        "save_path": "checkpoints",
+    },
+    "logger_config": {"name": "kill_cows"},
+}
+
+
+if __name__ == "__main__":
+    from omegaconf import OmegaConf
+
+    from craftrl import start_rolloutmanager, start_trainer
+
+    online_cfg = OmegaConf.create(online_dict)
+    start_rolloutmanager(policy_generator, env_generator, online_cfg)
+    start_trainer(policy_generator, env_generator, online_cfg, whole_config=open(__file__).read())
