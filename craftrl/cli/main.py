@@ -1,7 +1,7 @@
 """``craftrl`` command line: train, eval, plot, config show, config check.
 
 Exit codes: 0 success, 2 bad input (config, arguments, cluster too small) -- always one line per problem
-and never a traceback -- and 3 when a part of the system the command needs is not built yet.
+and never a traceback -- and 130 when a training run was stopped by Ctrl-C or SIGTERM (after a checkpoint).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from craftrl.config.loading import config_to_yaml, load_config
 from craftrl.config.validate import ConfigError
 
 EXIT_BAD_INPUT = 2
-EXIT_NOT_AVAILABLE = 3
+EXIT_INTERRUPTED = 130  # the shell's convention for a run stopped by Ctrl-C
 
 
 def build_parser() -> argparse.ArgumentParser:

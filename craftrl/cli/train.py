@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 
 from craftrl.config.loading import LoadedConfig
@@ -9,11 +10,15 @@ from craftrl.ray_bootstrap import ClusterResourceError, ray_init
 from craftrl.run_dir import RunDirectory
 
 
+def _terminate_as_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def train_command(loaded: LoadedConfig) -> int:
     import ray
 
     from craftrl import api
-    from craftrl.cli.main import EXIT_BAD_INPUT
+    from craftrl.cli.main import EXIT_BAD_INPUT, EXIT_INTERRUPTED
     from craftrl.rollout.start import stop_rollout_system
     from craftrl.train.checkpoint import list_checkpoints
 
@@ -28,19 +33,25 @@ def train_command(loaded: LoadedConfig) -> int:
         print(f"craftrl: error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
     sink = None
+    interrupted = False
+    signal.signal(signal.SIGTERM, _terminate_as_interrupt)  # SIGTERM stops a run as cleanly as Ctrl-C
     try:
         sink = api.start_metrics_sink(str(run_dir.root), config)
         api.start_rolloutmanager(loaded.policy_generator, loaded.env_generator, config)
         api.start_trainer(loaded.policy_generator, loaded.env_generator, config, whole_config=loaded.source_text,
                           run_dir=str(run_dir.root))
+    except KeyboardInterrupt:
+        interrupted = True
+        print("craftrl: interrupted; stopping rollout workers and env processes", file=sys.stderr, flush=True)
     finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
         if ray.is_initialized():
             stop_rollout_system()  # detached actors would otherwise outlive the run on a cluster
             if sink is not None:
                 ray.get(sink.close.remote())
         ray.shutdown()
     checkpoints = list_checkpoints(config.train_config.save_path)
-    print(f"craftrl: done. run directory: {run_dir.root}")
+    print(f"craftrl: {'stopped' if interrupted else 'done'}. run directory: {run_dir.root}")
     try:
         from craftrl.cli.plot import plot_runs
 
@@ -51,4 +62,4 @@ def train_command(loaded: LoadedConfig) -> int:
     if checkpoints:
         print(f"craftrl:   latest checkpoint: {checkpoints[-1][1]}")
     print(f"craftrl:   videos: {config.rollout_config.worker_config.video_output_dir}")
-    return 0
+    return EXIT_INTERRUPTED if interrupted else 0

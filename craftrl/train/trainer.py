@@ -215,6 +215,9 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
             run.log(metrics)
             run.checkpoint()
         run.checkpoint(final=True)
+    except KeyboardInterrupt:  # Ctrl-C / SIGTERM in local mode: keep what was learned, then stop
+        run.checkpoint(final=True)
+        raise
     finally:
         run.close()
 

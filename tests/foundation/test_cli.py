@@ -95,3 +95,44 @@ def test_eval_of_something_that_is_not_a_checkpoint_is_one_clear_error(tmp_path:
     assert "no checkpoint here" in result.stderr and "Traceback" not in result.stderr
     result = craftrl("plot", str(tmp_path))
     assert result.returncode == 2 and "no metrics.jsonl" in result.stderr
+
+
+def _env_process_ids() -> set[int]:
+    """Every live process started by multiprocessing's spawn (env processes are)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ")
+            except OSError:
+                continue
+            if b"multiprocessing.spawn" in cmdline:
+                found.add(int(entry.name))
+    return found
+
+
+def test_sigterm_saves_a_checkpoint_and_leaves_no_env_process_behind(tmp_path: Path):
+    import signal
+    import time
+
+    tiny = str(TESTS / "config_fixtures" / "tiny.py")
+    before = _env_process_ids()
+    process = subprocess.Popen([sys.executable, "-m", "craftrl.cli.main", "train", tiny, f"output_root={tmp_path}",
+                                "train_config.num_iterations=100000", "train_config.save_interval=0"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 180
+    metrics = None
+    while time.monotonic() < deadline:
+        runs = list(tmp_path.iterdir())
+        metrics = runs[0] / "metrics.jsonl" if runs else None
+        if metrics is not None and metrics.exists() and metrics.read_text().count("\n") >= 2:
+            break
+        time.sleep(0.5)
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 130, err[-3000:]
+    assert "interrupted" in err and "Traceback" not in err
+    checkpoints = sorted((tmp_path.iterdir().__next__() / "checkpoints").glob("iter_*"))
+    assert checkpoints, "the interrupted run saved no checkpoint"
+    time.sleep(3)  # env processes notice their parent's death within ~2 s
+    assert _env_process_ids() - before == set(), "env processes outlived the run"
