@@ -1,8 +1,8 @@
 """The default task: Crafter "kill cows" with the default recurrent CNN, sized for a 2-core laptop.
 
 The same three names a MineStudio config module exports. Keys left out of ``online_dict`` take the schema
-defaults (docs/config.md). About 2k env steps per iteration; 120 iterations take roughly half an hour on 2
-cores (see BENCHMARKS.md for measured speeds).
+defaults (docs/config.md). About 2k env steps per iteration; on 2 cores an iteration took ~25 s, so 120
+iterations take about 50 minutes (BENCHMARKS.md, "Learning on the default task").
 """
 
 
