@@ -30,8 +30,8 @@ from craftrl.config.schema import TrainConfig
 from craftrl.policies.state import detach_state, merge_states, state_from_numpy, tree_map
 from craftrl.rollout.fragment import Fragment
 from craftrl.train.gae import compute_gae, successors
-from craftrl.train.losses import (advantage_moments, clipped_policy_loss, masked_mean, normalize_advantages,
-                                  value_loss)
+from craftrl.train.losses import (advantage_moments, clipped_policy_loss, explained_variance_from_sums,
+                                  masked_mean, normalize_advantages, value_loss)
 
 
 def distributed() -> bool:
@@ -310,10 +310,8 @@ class PPOLearner:
         lag_max = all_reduce(torch.tensor([float(lag.max())], dtype=torch.float64, device=self.device),
                              dist.ReduceOp.MAX if distributed() else None).item()
         n, y_sum, y_sq, r_sum, r_sq, lag_sum, count, reward_sum, chained_total = sums
-        y_var = y_sq / n - (y_sum / n) ** 2
-        r_var = r_sq / n - (r_sum / n) ** 2
         return {
-            "ppo/explained_variance": 1.0 - r_var / y_var if y_var > 1e-12 else float("nan"),
+            "ppo/explained_variance": explained_variance_from_sums(n, y_sum, y_sq, r_sum, r_sq),
             "ppo/gae_chained_fraction": chained_total / count,
             "data/version_lag_mean": lag_sum / n,
             "data/version_lag_max": lag_max,

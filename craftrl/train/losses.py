@@ -61,14 +61,12 @@ def value_loss(new_values: torch.Tensor, old_values: torch.Tensor, targets: torc
     return 0.5 * masked_mean(error, mask)
 
 
-def explained_variance(predictions: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> float:
-    """1 - Var[target - prediction] / Var[target] over valid steps; NaN when the targets are constant."""
-    mask = mask.bool()
-    y, p = targets[mask].double(), predictions[mask].double()
-    variance = y.var(unbiased=False)
-    if y.numel() < 2 or variance.item() == 0.0:
-        return float("nan")
-    return float(1.0 - (y - p).var(unbiased=False) / variance)
+def explained_variance_from_sums(count: float, target_sum: float, target_sq: float, residual_sum: float,
+                                 residual_sq: float) -> float:
+    """1 - Var[target - prediction] / Var[target] from sums (which ranks can all-reduce); NaN for constant targets."""
+    target_var = target_sq / count - (target_sum / count) ** 2
+    residual_var = residual_sq / count - (residual_sum / count) ** 2
+    return 1.0 - residual_var / target_var if target_var > 1e-12 else float("nan")
 
 
 def advantage_moments(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from craftrl.train.losses import (advantage_moments, clipped_policy_loss, explained_variance, masked_mean,
-                                  normalize_advantages, value_loss)
+from craftrl.train.losses import (advantage_moments, clipped_policy_loss, explained_variance_from_sums,
+                                  masked_mean, normalize_advantages, value_loss)
 
 ALL = torch.ones(3, dtype=torch.bool)
 
@@ -49,12 +49,20 @@ def test_value_loss_plain_and_clipped():
     assert clipped.item() == pytest.approx(0.5 * (3.24 + 1 + 0.09) / 3)
 
 
-def test_explained_variance():
+def _explained_variance(predictions, targets):
+    residual = targets - predictions
+    return explained_variance_from_sums(float(targets.numel()), float(targets.sum()), float((targets ** 2).sum()),
+                                        float(residual.sum()), float((residual ** 2).sum()))
+
+
+def test_explained_variance_from_sums():
     target = torch.tensor([1.0, 2.0, 3.0, 4.0])
-    mask = torch.ones(4, dtype=torch.bool)
-    assert explained_variance(target, target, mask) == pytest.approx(1.0)
-    assert explained_variance(torch.full((4,), 2.5), target, mask) == pytest.approx(0.0)
-    assert math.isnan(explained_variance(target, torch.ones(4), mask))
+    assert _explained_variance(target, target) == pytest.approx(1.0)
+    assert _explained_variance(torch.full((4,), 2.5), target) == pytest.approx(0.0)
+    assert _explained_variance(target + 1.0, target) == pytest.approx(1.0)  # a constant offset explains all variance
+    noisy = target + torch.tensor([0.5, -0.5, 0.5, -0.5])
+    assert _explained_variance(noisy, target) == pytest.approx(1 - 0.25 / 1.25)
+    assert math.isnan(_explained_variance(target, torch.ones(4)))
 
 
 def test_advantage_normalisation_with_moments_summed_over_ranks_equals_the_full_batch():
