@@ -10,10 +10,6 @@ from craftrl.ray_bootstrap import ClusterResourceError, ray_init
 from craftrl.run_dir import RunDirectory
 
 
-def _terminate_as_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def train_command(loaded: LoadedConfig) -> int:
     import ray
 
@@ -21,6 +17,7 @@ def train_command(loaded: LoadedConfig) -> int:
     from craftrl.cli.main import EXIT_BAD_INPUT, EXIT_INTERRUPTED
     from craftrl.rollout.start import stop_rollout_system
     from craftrl.train.checkpoint import list_checkpoints
+    from craftrl.train.trainer import stop_on_sigterm
 
     config = loaded.online
     run_dir = RunDirectory.create(config.output_root, config.logger_config.name)
@@ -34,7 +31,7 @@ def train_command(loaded: LoadedConfig) -> int:
         return EXIT_BAD_INPUT
     sink = None
     interrupted = False
-    signal.signal(signal.SIGTERM, _terminate_as_interrupt)  # SIGTERM stops a run as cleanly as Ctrl-C
+    stop_on_sigterm()
     try:
         sink = api.start_metrics_sink(str(run_dir.root), config)
         api.start_rolloutmanager(loaded.policy_generator, loaded.env_generator, config)

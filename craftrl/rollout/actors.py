@@ -226,9 +226,7 @@ class RolloutManager:
     def _refresh_statuses(self, timeout: float = 5.0) -> None:
         import ray
 
-        with self._lock:
-            workers = list(self.workers)
-        statuses = list(self.last_status) + [{}] * (len(workers) - len(self.last_status))
+        workers, statuses = self._workers_and_statuses()
         refs = [worker.status.remote() for worker in workers]
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
         for index, ref in enumerate(refs):
@@ -238,6 +236,13 @@ class RolloutManager:
                 except ray.exceptions.RayActorError:
                     pass  # the health thread replaces it
         self.last_status = statuses
+
+    def _workers_and_statuses(self) -> tuple[list[Any], list[dict[str, Any]]]:
+        """The current workers and their last known statuses, one entry per worker ({} when none yet)."""
+        with self._lock:
+            workers = list(self.workers)
+        statuses = list(self.last_status) + [{}] * (len(workers) - len(self.last_status))
+        return workers, statuses
 
     def worker_handles(self) -> list[Any]:
         return list(self.workers)
@@ -271,9 +276,7 @@ class RolloutManager:
         import ray
 
         while not self._stop.wait(self.health_interval):
-            with self._lock:
-                workers = list(self.workers)
-            statuses: list[dict[str, Any]] = list(self.last_status) + [{}] * (len(workers) - len(self.last_status))
+            workers, statuses = self._workers_and_statuses()
             for index, worker in enumerate(workers):
                 try:
                     status = ray.get(worker.status.remote(), timeout=max(10.0, self.health_interval * 5))

@@ -189,26 +189,29 @@ class _Run:
             self.metrics.flush()
 
 
-def _stop_on_sigterm() -> None:
-    """In local mode this loop runs in the driver's main thread: make SIGTERM stop it like Ctrl-C.
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
-    Installed here, after Ray and Ray Train finished their own set-up, because Ray's native failure-signal
-    handler (which prints a stack and kills the process) can be installed after the CLI's handler.
+
+def stop_on_sigterm() -> None:
+    """Make SIGTERM stop a run like Ctrl-C (a final checkpoint, then a clean shutdown).
+
+    Only the main thread can install it. The CLI calls it at start, and the training loop calls it again
+    once Ray and Ray Train finished their set-up (in local mode the loop runs in the driver's main thread),
+    because Ray's native failure-signal handler, which prints a stack and kills the process, can be
+    installed after the CLI's.
     """
     import signal
     import threading
 
     if threading.current_thread() is threading.main_thread():
-        def interrupt(signum: int, frame: object) -> None:
-            raise KeyboardInterrupt(f"signal {signum}")
-
-        signal.signal(signal.SIGTERM, interrupt)
+        signal.signal(signal.SIGTERM, _raise_interrupt)
 
 
 def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     """The body every Ray Train worker runs (rank 0 also publishes, logs and checkpoints)."""
     run = _Run(loop_config)
-    _stop_on_sigterm()
+    stop_on_sigterm()
     train = run.train
     try:
         run.publish()  # the workers act with the learner's initial (or resumed) weights from the start
