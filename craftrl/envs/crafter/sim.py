@@ -9,6 +9,7 @@ results, mirroring how ``MinecraftSim`` is configured.
 
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING, Any, Sequence
 
 import gymnasium
@@ -21,12 +22,26 @@ if TYPE_CHECKING:  # pragma: no cover
 CRAFTER_DEFAULT_LENGTH = 10000
 
 
+def _install_fast_worldgen() -> None:
+    from craftrl.envs.crafter import fast_worldgen
+
+    try:
+        fast_worldgen.install()
+    except RuntimeError as error:  # another opensimplex: keep Crafter's generator, worlds stay exact
+        warnings.warn(f"CrafterSim: using Crafter's own world generation ({error})", RuntimeWarning, stacklevel=3)
+
+
 class CrafterSim:
     """A Crafter world with dict observations ``{"image": uint8 [H, W, 3]}`` and 17 discrete actions.
 
     ``obs_size`` is ``(height, width)`` in pixels. ``seed`` fixes the sequence of worlds (Crafter
     derives each episode's world from the seed and the episode number); ``reset(seed=s)`` restarts
     that sequence from ``s``. ``length`` is Crafter's own cap (truncation).
+
+    ``fast_worldgen`` (default on) swaps Crafter's tile-by-tile world generation for the vectorised one in
+    ``craftrl.envs.crafter.fast_worldgen``, which builds the identical world about 10x faster; with a random
+    policy, resets were about half of the env's CPU time. If the installed opensimplex is not the version it
+    reproduces, Crafter's own generator stays in place (with a warning), so worlds are never silently different.
     """
 
     def __init__(
@@ -37,8 +52,12 @@ class CrafterSim:
         area: tuple[int, int] = (64, 64),
         view: tuple[int, int] = (9, 9),
         length: int = CRAFTER_DEFAULT_LENGTH,
+        fast_worldgen: bool = True,
     ) -> None:
         import crafter  # imported here so that merely importing craftrl.envs stays cheap
+
+        if fast_worldgen:
+            _install_fast_worldgen()
 
         if len(obs_size) != 2 or min(obs_size) < 9:
             raise ValueError(f"CrafterSim obs_size: expected (height, width) of at least 9 pixels, got {obs_size!r}")
