@@ -37,15 +37,50 @@ def _images(seed: int = 0, size: int = 64) -> dict[str, torch.Tensor]:
     return {"image": torch.randint(0, 256, (BATCH, TIME, size, size, 3), dtype=torch.uint8, generator=gen)}
 
 
-@pytest.fixture(scope="module", params=["lstm", "gru"])
+RECURRENT_VARIANTS = [("impala", "lstm", (16, 32, 32)), ("impala", "gru", (16, 32, 32)),
+                      ("nature", "lstm", (32, 64, 64)), ("nature", "gru", (16, 32, 32))]
+
+
+@pytest.fixture(scope="module", params=RECURRENT_VARIANTS, ids=["-".join(v[:2]) for v in RECURRENT_VARIANTS])
 def impala_policy(request):
+    encoder, recurrent, channels = request.param
     torch.manual_seed(0)
-    return default_policy_generator(recurrent=request.param).eval()
+    policy = default_policy_generator(recurrent=recurrent, encoder=encoder, channels=channels).eval()
+    policy.build_kwargs = {"recurrent": recurrent, "encoder": encoder, "channels": channels}
+    return policy
 
 
-def test_impala_parameter_count_in_range(impala_policy):
-    count = sum(p.numel() for p in impala_policy.parameters())
+def test_impala_parameter_count_in_range():
+    count = sum(p.numel() for p in default_policy_generator().parameters())
     assert 1_000_000 <= count <= 3_000_000, count
+
+
+def test_nature_encoder_is_the_papers_strided_cnn():
+    policy = default_policy_generator(encoder="nature", channels=(32, 64, 64))
+    convs = policy.encoder.convs
+    assert [(c.kernel_size[0], c.stride[0], c.out_channels) for c in convs] == [(8, 4, 32), (4, 2, 64), (3, 1, 64)]
+    # 64x64 -> 15x15 -> 6x6 -> 4x4 feature maps
+    assert policy.encoder.dense.in_features == 64 * 4 * 4
+    count = sum(p.numel() for p in policy.parameters())
+    assert 500_000 <= count <= 1_200_000, count
+
+
+def test_feed_forward_variant_has_empty_state_and_independent_steps():
+    torch.manual_seed(0)
+    policy = default_policy_generator(encoder="nature", channels=(16, 32, 32), recurrent="none").eval()
+    assert policy.initial_state(BATCH) == {}
+    images, first = _images(), _first_with_mid_episode_starts()
+    chunked, state = policy(input=images, state_in={}, first=first)
+    assert state == {}
+    single, _ = policy(input={"image": images["image"][:, 4:5]}, state_in={}, first=first[:, 4:5])
+    assert torch.allclose(chunked["pi_logits"][:, 4:5], single["pi_logits"], atol=1e-6)
+
+
+@pytest.mark.parametrize("kwargs, message", [({"encoder": "resnet"}, "encoder"), ({"recurrent": "rnn"}, "recurrent"),
+                                             ({"encoder": "nature", "channels": (8, 8)}, "3 values")])
+def test_bad_policy_options_name_the_option(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        default_policy_generator(**kwargs)
 
 
 def test_impala_output_contract(impala_policy):
@@ -127,7 +162,7 @@ def test_save_load_round_trip(impala_policy):
     impala_policy.value_head.update(torch.tensor([1.0, 2.0, 3.0]))
     torch.save(impala_policy.state_dict(), buffer)
     buffer.seek(0)
-    clone = default_policy_generator(recurrent=impala_policy.core.kind)
+    clone = default_policy_generator(**impala_policy.build_kwargs)
     clone.load_state_dict(torch.load(buffer), strict=True)
     clone.eval()
     assert "value_head.normalizer.running_mean" in impala_policy.state_dict()
