@@ -1,0 +1,117 @@
+"""P3: wall-clock time to a mean of N cows per episode on ``crafter/cows``, measured from the command's launch.
+
+Runs ``craftrl train CONFIG [overrides]`` as a child process for ``--minutes`` (then SIGTERM, which saves a
+checkpoint and stops everything), once per seed, and reads the run's ``metrics.jsonl``. The clock starts when
+the command is launched, so Ray's start-up, env construction and the trainer's start-up all count -- the same
+clock a user's stopwatch would use. "Cows per episode" is the moving mean over the last 20 episodes
+(``episodes/cows_killed_mean``), as in issue 11's table.
+
+    python bench/time_to_cows.py --minutes 20 --seeds 0 1 2
+    python bench/time_to_cows.py --minutes 6 --seeds 0 -- train_config.learning_rate=1e-3
+
+The last line is ``P3 time_to_3_cows_s=<median over seeds, or inf>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+COWS = "episodes/cows_killed_mean"
+THRESHOLDS = (1.0, 2.0, 3.0)
+CHECKPOINTS_MIN = (2.5, 3.75, 5.0, 10.0, 15.0, 20.0)
+
+
+def run_once(config: str, overrides: list[str], seed: int, minutes: float, output_root: Path, log: Path) -> Path:
+    """One training run; returns its run directory. The child gets SIGTERM at the deadline."""
+    command = [sys.executable, "-m", "craftrl.cli.main", "train", config, f"seed={seed}",
+               f"output_root={output_root}", *overrides]
+    launched = time.time()
+    with log.open("w") as out:
+        child = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        try:
+            child.wait(timeout=minutes * 60)
+        except subprocess.TimeoutExpired:
+            child.send_signal(signal.SIGTERM)
+            try:
+                child.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+    match = re.search(r"run directory (\S+)", log.read_text())
+    if not match:
+        raise SystemExit(f"time_to_cows: no run directory in {log}")
+    run_dir = Path(match.group(1))
+    (run_dir / "launched_at").write_text(f"{launched}\n")
+    return run_dir
+
+
+def read_curve(run_dir: Path) -> list[dict[str, float]]:
+    """(seconds since launch, env steps, cows/episode, samples trained) for every logged iteration."""
+    launched = float((run_dir / "launched_at").read_text())
+    points = []
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if not isinstance(record.get(COWS), (int, float)):
+            continue
+        points.append({"t": float(record["time"]) - launched, "steps": float(record.get("rollout/env_steps", 0.0)),
+                       "cows": float(record[COWS]), "episodes": float(record.get("episodes/total", 0.0))})
+    return points
+
+
+def summarize(points: list[dict[str, float]]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for threshold in THRESHOLDS:
+        # at least 20 episodes behind the moving mean, so an early lucky episode does not count
+        hit = next((p for p in points if p["cows"] >= threshold and p["episodes"] >= 20), None)
+        out[f"time_to_{threshold:g}_s"] = hit["t"] if hit else math.inf
+        out[f"steps_to_{threshold:g}"] = hit["steps"] if hit else math.inf
+    for minute in CHECKPOINTS_MIN:
+        before = [p for p in points if p["t"] <= minute * 60]
+        out[f"cows_at_{minute:g}min"] = before[-1]["cows"] if before else math.nan
+    if len(points) >= 2:
+        first, last = points[0], points[-1]
+        out["end_to_end_sps"] = last["steps"] / max(last["t"], 1e-9)
+        out["env_steps"] = last["steps"]
+        out["minutes"] = last["t"] / 60
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--config", default="craftrl.configs.default")
+    parser.add_argument("--minutes", type=float, default=20.0)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    parser.add_argument("--output-root", default="runs/bench_time_to_cows")
+    parser.add_argument("--runs", nargs="*", default=None, help="summarise existing run directories instead")
+    parser.add_argument("overrides", nargs="*")
+    args = parser.parse_args()
+    root = Path(args.output_root).resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    run_dirs = [Path(r) for r in args.runs] if args.runs else []
+    if not run_dirs:
+        for seed in args.seeds:
+            run_dirs.append(run_once(args.config, args.overrides, seed, args.minutes, root, root / f"seed{seed}.log"))
+    results = []
+    for run_dir in run_dirs:
+        summary = summarize(read_curve(run_dir))
+        results.append(summary)
+        print(json.dumps({"run": str(run_dir), **{k: round(v, 3) for k, v in summary.items()}}), flush=True)
+    median = statistics.median(r.get("time_to_3_s", math.inf) for r in results)
+    print(f"P3 time_to_3_cows_s={median:.1f}")
+
+
+if __name__ == "__main__":
+    main()
