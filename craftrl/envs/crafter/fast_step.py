@@ -1,0 +1,461 @@
+"""Faster Crafter stepping and rendering with bit-identical results.
+
+After ``fast_worldgen`` made resets cheap, ``crafter.Env.step`` dominates an env's CPU time (about
+2 ms per step). Most of it is Python overhead in code that does little work per call:
+
+* ``LocalView.__call__`` draws the 9x7 tiles of the local view one ``World.__getitem__`` and one
+  ``_draw`` at a time, then walks every object of the world (tens to hundreds) to alpha-draw the
+  few in view;
+* ``ItemView.__call__`` alpha-blends two textures per held item, every step, although the
+  inventory rarely changes;
+* ``SemanticView.__call__`` writes every object into a copy of the material map one by one;
+* ``Env.step`` computes ``player.distance(obj)`` (a few numpy calls) for every object of the world
+  to decide which ones to update.
+
+This module replaces those four methods with drop-ins that compute the same bytes with fewer Python
+operations:
+
+* the tile layer is one fancy index into a per-unit stack of material tiles, built by Crafter's own
+  ``Textures.get`` and ``_draw``, laid out with one transpose/reshape;
+* the objects in view are read from the world's object map (``World._obj_map``, the index of the
+  object on each tile) instead of by scanning all objects. They are drawn in Crafter's order (the
+  order of ``World.objects``, i.e. ascending index). An object covers exactly its own tile and no two
+  objects share a tile, so what Crafter's ``_draw_alpha`` leaves there depends only on the material
+  underneath and the object's texture: that tile is computed once with Crafter's ``_draw_alpha`` and
+  then copied;
+* lighting, night noise (and its draws from ``world.random``) and the sleep filter stay Crafter's own
+  ``_light`` / ``_sleep`` code;
+* the item view is a pure function of the unit and the inventory's items in order: rendered by
+  Crafter's own ``ItemView.__call__`` on first sight of an inventory, then served from a cache;
+* the semantic map writes all objects at once through the object map and a per-index table of the
+  objects' semantic ids (an index always names the same object, so its type never changes; the table
+  is rebuilt when the world is reset or ``SemanticView._obj_ids`` is replaced, not when that dict is
+  edited in place after objects of a class it maps were seen);
+* ``Env.step`` updates the same objects in the same order: those within Manhattan distance
+  ``2 * max(view)`` of the player *when their turn comes*, in ascending index order (the order of
+  ``World.objects``). The candidates are found with numpy in the object map around the player's
+  position before the loop, with a margin of one tile because the player (normally the first object)
+  moves at most one tile in its own update; each candidate is then tested exactly as Crafter tests it.
+  This relies on Crafter's objects moving only themselves, so it is used only for objects whose class
+  is one of Crafter's own with Crafter's own ``update``; on any other object, or should the player
+  move more than one tile, the rest of the step falls back to Crafter's loop over the snapshot taken at
+  the start of the step, so the result stays Crafter's. Everything else in ``Env.step`` is Crafter's
+  code, unchanged.
+
+The caches are per renderer instance (in its ``__dict__``), plain data that pickles with the env.
+
+``install()`` patches the four methods on crafter's classes (process-local, idempotent); it first
+checks that the installed crafter's versions of the code it replaces and relies on are the ones it was
+written against (crafter 1.8.3) and refuses with ``RuntimeError`` otherwise. ``uninstall()`` restores
+them. tests/envs/test_fast_step.py compares patched and unpatched envs step by step.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+from typing import Any, Callable
+
+import numpy as np
+
+__all__ = ["install", "is_installed", "uninstall"]
+
+# Per-instance caches live in the instance's __dict__ under this name.
+_CACHE = "_craftrl_fast_step"
+# Item-view renders kept per ItemView; the cache is emptied when it grows past this many.
+_ITEM_CACHE_SIZE = 512
+
+
+# ---------------------------------------------------------------------------------------------
+# LocalView
+# ---------------------------------------------------------------------------------------------
+
+
+class _Tiles:
+    """One unit size's material tiles, as Crafter draws them, and the object-over-material tiles."""
+
+    def __init__(self, view: Any, u0: int, u1: int) -> None:
+        from crafter import engine
+
+        self.textures = view._textures
+        self.names = view._world._mat_names
+        self.unit = np.array((u0, u1))
+        self.ok = True
+        count = max(self.names) + 1 if self.names else 0
+        # Index ``count`` is the tile left for positions outside the world (Crafter's 127 grey).
+        stack = np.zeros((count + 1, u0, u1, 3), np.uint8) + 127
+        for index in range(count):
+            if index not in self.names:  # Crafter would raise a KeyError: leave it to Crafter
+                self.ok = False
+                break
+            texture = self.textures.get(self.names[index], self.unit)
+            if texture.shape[:2] != (u0, u1):
+                self.ok = False
+                break
+            engine._draw(stack[index], (0, 0), texture)
+        self.stack = stack
+        self.outside = count
+        self.blends: dict[tuple[Any, int], np.ndarray] = {}
+
+    def blend(self, name: Any, material: int) -> np.ndarray:
+        """The tile Crafter's ``_draw_alpha`` leaves when drawing ``name`` over ``material``'s tile."""
+        key = (name, material)
+        tile = self.blends.get(key)
+        if tile is None:
+            from crafter import engine
+
+            texture = self.textures.get(name, self.unit)
+            tile = self.stack[material].copy()
+            if texture.shape[:2] != tile.shape[:2]:
+                return None
+            engine._draw_alpha(tile, (0, 0), texture)
+            self.blends[key] = tile
+        return tile
+
+
+def _tiles_for(view: Any, u0: int, u1: int) -> _Tiles:
+    caches = view.__dict__.get(_CACHE)
+    if caches is None:
+        caches = view.__dict__[_CACHE] = {}
+    tiles = caches.get((u0, u1))
+    if tiles is None or tiles.textures is not view._textures or tiles.names is not view._world._mat_names:
+        tiles = caches[(u0, u1)] = _Tiles(view, u0, u1)
+    return tiles
+
+
+def _local_view_call(self, player, unit):
+    """Drop-in for ``crafter.engine.LocalView.__call__``."""
+    unit_arr = np.array(unit)
+    world = self._world
+    if (unit_arr.shape != (2,) or unit_arr.dtype.kind not in "iu" or unit_arr.min() < 1
+            or self._grid.shape != (2,) or tuple(self._area.tolist()) != world._mat_map.shape):
+        return _original("LocalView.__call__")(self, player, unit)
+    u0, u1 = int(unit_arr[0]), int(unit_arr[1])
+    tiles = _tiles_for(self, u0, u1)
+    if not tiles.ok:
+        return _original("LocalView.__call__")(self, player, unit)
+    self._unit = unit_arr
+    self._center = np.array(player.pos)
+    g0, g1 = self._grid.tolist()
+    cx, cy = self._center.tolist()
+    ox, oy = self._offset.tolist()
+    a0, a1 = world._mat_map.shape
+    # The view covers world tiles [wx, wx + g0) x [wy, wy + g1); [x0, x1) x [y0, y1) is inside the world.
+    wx, wy = cx - ox, cy - oy
+    x0, x1, y0, y1 = max(wx, 0), min(wx + g0, a0), max(wy, 0), min(wy + g1, a1)
+    ids = np.full((g0, g1), tiles.outside, np.intp)
+    inside = x0 < x1 and y0 < y1
+    if inside:
+        window = world._mat_map[x0:x1, y0:y1]
+        if int(window.max()) >= tiles.outside:  # a material id Crafter has no name for
+            return _original("LocalView.__call__")(self, player, unit)
+        ids[x0 - wx:x1 - wx, y0 - wy:y1 - wy] = window
+    # (g0, g1, u0, u1, 3) -> (g0 * u0, g1 * u1, 3): tile (x, y) at [x*u0:(x+1)*u0, y*u1:(y+1)*u1].
+    canvas = tiles.stack[ids].transpose(0, 2, 1, 3, 4).reshape(g0 * u0, g1 * u1, 3)
+    if inside:
+        occupied = world._obj_map[x0:x1, y0:y1]
+        xs, ys = np.nonzero(occupied)
+        if xs.size:
+            indices = occupied[xs, ys]
+            order = np.argsort(indices).tolist()
+            indices, xs, ys = indices.tolist(), (xs + (x0 - wx)).tolist(), (ys + (y0 - wy)).tolist()
+            objects = world._objects
+            for k in order:
+                obj = objects[indices[k]]
+                if obj is None:  # the object map and the object list disagree: let Crafter draw
+                    return _original("LocalView.__call__")(self, player, unit)
+                x, y = xs[k], ys[k]
+                tile = tiles.blend(obj.texture, int(ids[x, y]))
+                if tile is None:
+                    return _original("LocalView.__call__")(self, player, unit)
+                canvas[x * u0:(x + 1) * u0, y * u1:(y + 1) * u1] = tile
+    canvas = self._light(canvas, world.daylight)
+    if player.sleeping:
+        canvas = self._sleep(canvas)
+    return canvas
+
+
+# ---------------------------------------------------------------------------------------------
+# ItemView
+# ---------------------------------------------------------------------------------------------
+
+
+def _item_view_call(self, inventory, unit):
+    """Drop-in for ``crafter.engine.ItemView.__call__``: Crafter's render, cached per inventory."""
+    original = _original("ItemView.__call__")
+    unit_arr = np.asarray(unit)
+    try:
+        items = tuple(inventory.items())
+    except AttributeError:
+        return original(self, inventory, unit)
+    # Only exact ints as amounts: 1 == 1.0 == True as keys, but Crafter draws them differently.
+    if unit_arr.dtype.kind not in "iu" or not all(type(amount) is int for _, amount in items):
+        return original(self, inventory, unit)
+    key = (unit_arr.shape, unit_arr.tobytes(), items)
+    cache = self.__dict__.get(_CACHE)
+    if cache is None or cache[0] is not self._textures or cache[1] is not self._grid:
+        cache = self.__dict__[_CACHE] = (self._textures, self._grid, {})
+    renders = cache[2]
+    canvas = renders.get(key)
+    if canvas is None:
+        canvas = original(self, inventory, unit)
+        if len(renders) >= _ITEM_CACHE_SIZE:
+            renders.clear()
+        renders[key] = canvas.copy()
+        return canvas
+    return canvas.copy()
+
+
+# ---------------------------------------------------------------------------------------------
+# SemanticView
+# ---------------------------------------------------------------------------------------------
+
+
+def _semantic_view_call(self):
+    """Drop-in for ``crafter.engine.SemanticView.__call__``."""
+    world = self._world
+    objects = world._objects
+    cache = self.__dict__.get(_CACHE)
+    if cache is None or cache[0] is not objects or cache[1] is not self._obj_ids:
+        # The semantic id of the object at each index of this world's object list (-1: none Crafter
+        # can write), filled for the first cache[3] indices.
+        cache = self.__dict__[_CACHE] = [objects, self._obj_ids, np.full(64, -1, np.int64), 0]
+    table, filled = cache[2], cache[3]
+    if filled < len(objects):
+        if len(table) < len(objects):
+            grown = np.full(2 * len(objects), -1, np.int64)
+            grown[:filled] = table[:filled]
+            table = cache[2] = grown
+        obj_ids = self._obj_ids
+        for index in range(filled, len(objects)):
+            obj = objects[index]
+            if obj is not None:  # an object already removed is on no tile: its entry is never read
+                value = obj_ids.get(type(obj), -1)
+                table[index] = value if 0 <= value <= 255 else -1
+        cache[3] = len(objects)
+    occupied = world._obj_map
+    where = np.nonzero(occupied)
+    values = table[occupied[where]]
+    if values.size and values.min() < 0:  # an object Crafter cannot encode (it raises): let it
+        return _original("SemanticView.__call__")(self)
+    canvas = world._mat_map.copy()
+    canvas[where] = values
+    return canvas
+
+
+# ---------------------------------------------------------------------------------------------
+# Env.step
+# ---------------------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=1)
+def _own_updates() -> dict[type, Callable]:
+    """Crafter's object classes with their own ``update``: each moves at most itself."""
+    from crafter import objects
+
+    return {cls: cls.update for cls in (objects.Player, objects.Cow, objects.Zombie, objects.Skeleton,
+                                        objects.Arrow, objects.Plant, objects.Fence)}
+
+
+def _update_objects(env: Any) -> None:
+    """``for obj in world.objects: if player.distance(obj) < 2 * max(view): obj.update()``."""
+    world, player = env._world, env._player
+    snapshot = list(world._objects)  # the objects Crafter's loop visits: the non-None ones, in order
+    radius = int(2 * max(env._view))
+    own = _own_updates()
+    px, py = player.pos.tolist()
+    omap = world._obj_map
+    a0, a1 = omap.shape
+    # Candidates: objects within radius (not radius - 1) of the player's position now, so that a
+    # player that moves one tile in its own update still finds everything in range.
+    x0, x1, y0, y1 = max(px - radius, 0), min(px + radius + 1, a0), max(py - radius, 0), min(py + radius + 1, a1)
+    near = omap[x0:x1, y0:y1]
+    xs, ys = np.nonzero(near)
+    indices = near[xs, ys]
+    xs = xs + (x0 - px)
+    ys = ys + (y0 - py)
+    keep = np.abs(xs) + np.abs(ys) <= radius
+    indices, xs, ys = indices[keep], xs[keep], ys[keep]
+    order = np.argsort(indices)
+    cx, cy = 0, 0  # the player's position relative to (px, py)
+    for index, dx, dy in zip(indices[order].tolist(), xs[order].tolist(), ys[order].tolist()):
+        obj = snapshot[index]
+        cls = type(obj)
+        if obj is None or own.get(cls) is not cls.update:
+            return _update_tail(env, snapshot, index)
+        if abs(dx - cx) + abs(dy - cy) < radius:
+            obj.update()
+        if obj is player:
+            nx, ny = player.pos.tolist()
+            cx, cy = nx - px, ny - py
+            if abs(cx) + abs(cy) > 1:
+                return _update_tail(env, snapshot, index + 1)
+    return None
+
+
+def _update_tail(env: Any, snapshot: list, start: int) -> None:
+    """Crafter's own loop over the step's object snapshot, from list index ``start`` on."""
+    player, view = env._player, env._view
+    for obj in snapshot[start:]:
+        if obj and player.distance(obj) < 2 * max(view):
+            obj.update()
+
+
+def _env_step(self, action):
+    """Drop-in for ``crafter.Env.step`` (crafter 1.8.3): the object loop is ``_update_objects``."""
+    self._step += 1
+    self._update_time()
+    self._player.action = _crafter_env.constants.actions[action]
+    _update_objects(self)
+    if self._step % 10 == 0:
+        for chunk, objs in self._world.chunks.items():
+            self._balance_chunk(chunk, objs)
+    obs = self._obs()
+    reward = (self._player.health - self._last_health) / 10
+    self._last_health = self._player.health
+    unlocked = {
+        name for name, count in self._player.achievements.items()
+        if count > 0 and name not in self._unlocked}
+    if unlocked:
+        self._unlocked |= unlocked
+        reward += 1.0
+    dead = self._player.health <= 0
+    over = self._length and self._step >= self._length
+    done = dead or over
+    info = {
+        'inventory': self._player.inventory.copy(),
+        'achievements': self._player.achievements.copy(),
+        'discount': 1 - float(dead),
+        'semantic': self._sem_view(),
+        'player_pos': self._player.pos,
+        'reward': reward,
+    }
+    if not self._reward:
+        reward = 0.0
+    return obs, reward, done, info
+
+
+# ---------------------------------------------------------------------------------------------
+# Installation into crafter.
+# ---------------------------------------------------------------------------------------------
+
+# What install() replaces: (module, class, attribute) -> drop-in.
+_PATCHES: dict[tuple[str, str, str], Callable] = {
+    ("crafter.engine", "LocalView", "__call__"): _local_view_call,
+    ("crafter.engine", "ItemView", "__call__"): _item_view_call,
+    ("crafter.engine", "SemanticView", "__call__"): _semantic_view_call,
+    ("crafter.env", "Env", "step"): _env_step,
+}
+
+# SHA-256 (first 16 hex digits) of crafter 1.8.3's source of the code replaced above and of the code
+# the drop-ins rely on behaving as it does there (object map bookkeeping, objects moving only
+# themselves, the drawing helpers).
+_REFERENCE_SOURCES = {
+    "engine.LocalView.__call__": "009028100db2f386",
+    "engine.ItemView.__call__": "0b0a83ed7ae8fff5",
+    "engine.SemanticView.__call__": "acb055d9999ec60e",
+    "env.Env.step": "854cce6a1fb41be6",
+    "engine.World.add": "71e03b9ec6f267b5",
+    "engine.World.remove": "f5cda0035a2da66e",
+    "engine.World.move": "191e8662cb1914e6",
+    "engine.World.objects": "70cfec303b46f619",
+    "engine.Textures.get": "c5fde7e052e5df69",
+    "engine._draw": "cde1b16f1290e5ad",
+    "engine._draw_alpha": "10093f101328266b",
+    "objects.Object.move": "01bb86512a6cb4e7",
+    "objects.Player.update": "8564d4e1c231d6c1",
+    "objects.Player._move": "05bf5e9459c1563d",
+    "objects.Player._do_object": "3b37d06d5d4c0ad1",
+    "objects.Player._place": "79ebb5b31a020394",
+    "objects.Cow.update": "650d37a81ac8b63c",
+    "objects.Zombie.update": "476cb1adc6a5e5eb",
+    "objects.Skeleton.update": "a338ba2d1122f21f",
+    "objects.Skeleton._shoot": "0516ebb4e161e7be",
+    "objects.Arrow.update": "599a6ad3ac28d06c",
+    "objects.Plant.update": "32b5a9e0be4c15b5",
+    "objects.Fence.update": "51c987fe392fe9e7",
+}
+
+# crafter.env, whose module globals _env_step reads as Crafter's step does; set by install().
+_crafter_env: Any = None
+
+# Crafter's own versions of the patched methods, by "Class.attribute", saved by install().
+_originals: dict[str, Callable] = {}
+
+
+def _original(name: str) -> Callable:
+    """Crafter's own version of a patched method, e.g. ``_original("ItemView.__call__")``."""
+    return _originals[name]
+
+
+def _source_digest(path: str) -> str:
+    import importlib
+
+    module_name, *attrs = path.split(".")
+    target: Any = importlib.import_module(f"crafter.{module_name}")
+    for attr in attrs:
+        target = inspect.getattr_static(target, attr) if isinstance(target, type) else getattr(target, attr)
+    if isinstance(target, property):
+        target = target.fget
+    return hashlib.sha256(inspect.getsource(target).encode()).hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=1)
+def _check_reference() -> None:
+    mismatched = []
+    for path, digest in _REFERENCE_SOURCES.items():
+        try:
+            ours = _source_digest(path)
+        except (OSError, TypeError, AttributeError):
+            ours = None
+        if ours != digest:
+            mismatched.append(path)
+    if mismatched:
+        import importlib.metadata
+
+        try:
+            version = importlib.metadata.version("crafter")
+        except importlib.metadata.PackageNotFoundError:  # pragma: no cover
+            version = "?"
+        raise RuntimeError(
+            f"fast_step reproduces crafter 1.8.3; the installed crafter {version} differs in {mismatched}, "
+            "so it cannot be installed")
+
+
+def _class(module: str, cls: str) -> type:
+    import importlib
+
+    return getattr(importlib.import_module(module), cls)
+
+
+def install() -> None:
+    """Patch crafter's ``LocalView``, ``ItemView``, ``SemanticView`` and ``Env.step`` with the exact
+    drop-ins of this module. Idempotent and process-local; raises ``RuntimeError`` (and patches
+    nothing) if the installed crafter's code is not the code the drop-ins reproduce."""
+    global _crafter_env
+    if is_installed():
+        return
+    _check_reference()
+    _own_updates()  # Crafter's update methods as checked, before anything else can patch them
+    from crafter import env as _crafter_env
+    for (module, cls, attr), function in _PATCHES.items():
+        klass = _class(module, cls)
+        current = klass.__dict__[attr]
+        if current is not function:
+            _originals[f"{cls}.{attr}"] = current
+            setattr(klass, attr, function)
+
+
+def uninstall() -> None:
+    """Restore what ``install()`` replaced (no-op if not installed)."""
+    for (module, cls, attr), function in _PATCHES.items():
+        klass = _class(module, cls)
+        original = _originals.get(f"{cls}.{attr}")
+        if klass.__dict__.get(attr) is function and original is not None:
+            setattr(klass, attr, original)
+
+
+def is_installed() -> bool:
+    return all(_class(module, cls).__dict__.get(attr) is function
+               for (module, cls, attr), function in _PATCHES.items())
