@@ -144,6 +144,7 @@ class TrainConfig:
     coef_rho_decay: float = key(0.9995, "rho is multiplied by this after every iteration.", between(0.0, 1.0))
     log_ratio_range: float = key(50.0, "The log-ratio log(pi/pi_behaviour) is clamped to +-this before exponentiation.", POSITIVE)
     normalize_advantage_full_batch: bool = key(True, "Normalise advantages with the mean/std of the whole iteration's data across all ranks.")
+    advantage_std_floor: float = key(0.0, "Advantages are divided by max(their std, this floor), in return units; a floor keeps batches without reward (advantages = value noise) from becoming unit-scale updates. 0 = plain standardisation.", NON_NEGATIVE)
     use_normalized_vf: bool = key(True, "Learn the value in normalised return units (running mean/std), denormalised for GAE.")
     num_readers: int = key(2, "Replay readers per train worker that load and decode chunks in parallel.", AT_LEAST_ONE)
     num_cpus_per_reader: float = key(0.0, "CPUs reserved per reader in Ray's accounting.", NON_NEGATIVE)

@@ -176,7 +176,7 @@ class PPOLearner:
         if cfg.normalize_advantage_full_batch:
             everything = torch.ones_like(advantages_t, dtype=torch.bool)
             moments = all_reduce(advantage_moments(advantages_t, everything).to(self.device))
-            advantages_t = normalize_advantages(advantages_t, moments.cpu())
+            advantages_t = normalize_advantages(advantages_t, moments.cpu(), std_floor=cfg.advantage_std_floor)
         for batch in batches:
             batch.advantages = advantages_t[batch.rows]
             batch.returns = returns_t[batch.rows]

@@ -76,9 +76,14 @@ def advantage_moments(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Ten
     return torch.stack([torch.tensor(float(valid.numel()), dtype=torch.float64), valid.sum(), (valid ** 2).sum()])
 
 
-def normalize_advantages(advantages: torch.Tensor, moments: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
-    """Standardise with global moments (summed over every rank's ``advantage_moments``)."""
+def normalize_advantages(advantages: torch.Tensor, moments: torch.Tensor, eps: float = 1e-8,
+                         std_floor: float = 0.0) -> torch.Tensor:
+    """Standardise with global moments (summed over every rank's ``advantage_moments``).
+
+    The divisor is ``max(std, std_floor)``: when a batch holds no reward signal its advantages are only value
+    noise, and dividing by their tiny std would turn that noise into unit-scale policy updates.
+    """
     count, total, total_sq = moments.tolist()
     mean = total / max(count, 1.0)
     variance = max(total_sq / max(count, 1.0) - mean ** 2, 0.0)
-    return (advantages - mean) / (variance ** 0.5 + eps)
+    return (advantages - mean) / (max(variance ** 0.5, std_floor) + eps)

@@ -77,3 +77,19 @@ def test_advantage_normalisation_with_moments_summed_over_ranks_equals_the_full_
 
 def test_masked_mean_ignores_masked_steps():
     assert masked_mean(torch.tensor([1.0, 100.0]), torch.tensor([True, False])).item() == 1.0
+
+
+def test_advantage_std_floor_keeps_signal_free_batches_small():
+    """A batch without reward has advantages that are only value noise: the floor stops them becoming unit-scale."""
+    noise = torch.tensor([1e-3, -2e-3, 0.5e-3, 0.0])
+    moments = advantage_moments(noise, torch.ones(4, dtype=torch.bool))
+    plain = normalize_advantages(noise, moments)
+    floored = normalize_advantages(noise, moments, std_floor=0.1)
+    assert float(plain.std(unbiased=False)) == pytest.approx(1.0, rel=1e-4)
+    centred = noise - noise.mean()
+    assert torch.allclose(floored, centred / 0.1, atol=1e-7)
+    # with real signal (std above the floor) the floor changes nothing
+    signal = torch.tensor([1.0, -0.5, 0.25, 0.0])
+    signal_moments = advantage_moments(signal, torch.ones(4, dtype=torch.bool))
+    assert torch.allclose(normalize_advantages(signal, signal_moments, std_floor=0.1),
+                          normalize_advantages(signal, signal_moments))
