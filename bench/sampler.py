@@ -1,4 +1,4 @@
-"""P1 sampler efficiency: rollout steps/s with the default policy acting / raw random-action steps/s.
+"""P1 sampler efficiency: rollout steps/s with the default config's policy acting / raw random-action steps/s.
 
 Both sides use the same number of supervised env processes (``EnvPool``) on ``crafter/cows``, in one run,
 alternating raw and rollout windows so that machine noise hits both alike. The rollout side is the real
@@ -6,7 +6,9 @@ alternating raw and rollout windows so that machine noise hits both alike. The r
 fragments are dropped instead of sent, so what is measured is the sampler, not the replay path. The ratio
 says what the sampler costs on top of the env itself.
 
-    .venv/bin/python bench/sampler.py [--envs 4] [--batch-size 2] [--seconds 10] [--rounds 3]
+    .venv/bin/python bench/sampler.py [--envs 8] [--batch-size 4] [--seconds 10] [--rounds 3]
+
+Env count and group size default to the default config's (craftrl/configs/default.py).
 
 Last line: ``P1 sampler_efficiency=<rollout sps / raw sps>``.
 """
@@ -24,7 +26,7 @@ import numpy as np
 import torch
 
 from craftrl.envs import EnvPool, env_generator
-from craftrl.policies import default_policy_generator
+from craftrl.configs import default as default_config
 from craftrl.rollout.testing import CountingPolicy
 from craftrl.rollout.worker import RolloutLoop
 
@@ -57,8 +59,9 @@ def rollout_steps_per_s(loop: RolloutLoop, seconds: float) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--envs", type=int, default=4)
-    parser.add_argument("--batch-size", type=int, default=2)
+    worker = default_config.online_dict["rollout_config"]["worker_config"]
+    parser.add_argument("--envs", type=int, default=worker["num_envs"])
+    parser.add_argument("--batch-size", type=int, default=worker["batch_size"])
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1, help="torch threads for inference")
@@ -71,7 +74,8 @@ def main() -> None:
     raw_pool = EnvPool(generator, args.envs, start_timeout_s=120)
     raw_pool.reset_all()
     dropped: list[int] = []
-    policy = default_policy_generator() if args.policy == "default" else CountingPolicy(17)
+    policy = default_config.policy_generator() if args.policy == "default" else CountingPolicy(17)
+    parameters = sum(p.numel() for p in policy.parameters())
     loop = RolloutLoop(generator, policy, num_envs=args.envs, batch_size=args.batch_size,
                        fragment_length=256, emit=lambda fragment: dropped.append(fragment.length))
     # warm up both (process start-up and first forward passes are not part of the steady state)
@@ -96,7 +100,8 @@ def main() -> None:
         f"{datetime.date.today().isoformat()}, {os.cpu_count()} cores, load average {load_before:.1f} at start.",
         "",
         f"Task `{TASK}`, {args.envs} env processes on both sides, "
-        + ("the default recurrent CNN (Impala + LSTM, 1.2 M parameters)" if args.policy == "default"
+        + (f"the default config's policy ({type(policy.encoder).__name__} + {policy.core.kind.upper() if policy.core else 'no'} "
+           f"core, {parameters / 1e6:.2f} M parameters)" if args.policy == "default"
            else "a no-compute counting policy (sampler overhead only)")
         + f" acting in groups of {args.batch_size}; raw and rollout windows of {args.seconds:g} s alternate.",
         "",

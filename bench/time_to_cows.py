@@ -15,6 +15,7 @@ The last line is ``P3 time_to_3_cows_s=<median over seeds, or inf>``.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import math
 import os
@@ -80,13 +81,39 @@ def summarize(points: list[dict[str, float]]) -> dict[str, float]:
         out[f"steps_to_{threshold:g}"] = hit["steps"] if hit else math.inf
     for minute in CHECKPOINTS_MIN:
         before = [p for p in points if p["t"] <= minute * 60]
-        out[f"cows_at_{minute:g}min"] = before[-1]["cows"] if before else math.nan
+        lasted = bool(points) and points[-1]["t"] >= minute * 60 - 30  # the run reached (about) that minute
+        out[f"cows_at_{minute:g}min"] = before[-1]["cows"] if before and lasted else math.nan
     if len(points) >= 2:
         first, last = points[0], points[-1]
         out["end_to_end_sps"] = last["steps"] / max(last["t"], 1e-9)
         out["env_steps"] = last["steps"]
         out["minutes"] = last["t"] / 60
     return out
+
+
+def fmt(value: float, unit: str = "") -> str:
+    if isinstance(value, float) and math.isinf(value):
+        return "not reached"
+    if isinstance(value, float) and math.isnan(value):
+        return "-"
+    return f"{value:.0f}{unit}" if unit else f"{value:.2f}"
+
+
+def write_results(results: list[tuple[Path, dict[str, float]]], command: str, out: Path) -> None:
+    """bench/results/time_to_cows.md: one row per seed, then the median, with the command and machine."""
+    rows = ["| run | time to 1 / 2 / 3 cows | env steps to 3 cows | cows at 2.5 / 3.75 / 5 / 10 / 20 min | end-to-end env steps/s |",
+            "|---|---|---:|---|---:|"]
+    for run_dir, r in results:
+        times = " / ".join(fmt(r[f"time_to_{t:g}_s"], " s") for t in THRESHOLDS)
+        cows = " / ".join(fmt(r[f"cows_at_{m:g}min"]) for m in (2.5, 3.75, 5.0, 10.0, 20.0))
+        rows.append(f"| `{run_dir.name}` | {times} | {fmt(r['steps_to_3'], ' ')} | {cows} | {r.get('end_to_end_sps', 0):.0f} |")
+    median = statistics.median(r["time_to_3_s"] for _, r in results)
+    text = [f"## Time to cows on the default task (`bench/time_to_cows.py`, P3)", "",
+            f"`{command}`, {datetime.date.today().isoformat()}, {os.cpu_count()} cores. The clock starts at launch "
+            "(Ray, env and trainer start-up included); cows per episode is the mean of the last 20 episodes.", "",
+            *rows, "", f"Median time to 3 cows per episode: {fmt(median, ' s')}."]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(text) + "\n")
 
 
 def main() -> None:
@@ -96,6 +123,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--output-root", default="runs/bench_time_to_cows")
     parser.add_argument("--runs", nargs="*", default=None, help="summarise existing run directories instead")
+    parser.add_argument("--write-results", action="store_true", help="rewrite bench/results/time_to_cows.md")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
     root = Path(args.output_root).resolve()
@@ -107,9 +135,12 @@ def main() -> None:
     results = []
     for run_dir in run_dirs:
         summary = summarize(read_curve(run_dir))
-        results.append(summary)
+        results.append((run_dir, summary))
         print(json.dumps({"run": str(run_dir), **{k: round(v, 3) for k, v in summary.items()}}), flush=True)
-    median = statistics.median(r.get("time_to_3_s", math.inf) for r in results)
+    if args.write_results:
+        command = "python bench/time_to_cows.py " + " ".join(sys.argv[1:])
+        write_results(results, command, Path(__file__).resolve().parent / "results" / "time_to_cows.md")
+    median = statistics.median(r.get("time_to_3_s", math.inf) for _, r in results)
     print(f"P3 time_to_3_cows_s={median:.1f}")
 
 

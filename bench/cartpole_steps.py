@@ -1,0 +1,67 @@
+"""P5: env steps until ``examples/cartpole.py`` reaches a mean return of 475 (last 20 episodes).
+
+Runs the example through ``craftrl train`` (the whole system: Ray, env processes, LMDB replay, trainer) once per
+seed, until ``num_iterations`` ends or ``--minutes`` pass, and reads ``metrics.jsonl``. Env steps are the
+rollout side's count, so steps collected but never trained on (stale, evicted) count against us.
+
+    python bench/cartpole_steps.py --seeds 0 1 2
+
+The last line is ``P5 cartpole_steps_to_475=<median over seeds, or inf>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from time_to_cows import run_once  # noqa: E402  (bench scripts are run as files, not as a package)
+
+TARGET = 475.0
+RETURN = "episodes/return_mean"
+
+
+def steps_to_target(run_dir: Path, target: float = TARGET) -> tuple[float, float, float]:
+    """(env steps when the moving mean first reached ``target``, seconds since launch then, best mean)."""
+    launched = float((run_dir / "launched_at").read_text())
+    best = -math.inf
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        value = record.get(RETURN)
+        if not isinstance(value, (int, float)) or record.get("episodes/total", 0) < 20:
+            continue
+        best = max(best, value)
+        if value >= target:
+            return float(record.get("rollout/env_steps", math.inf)), float(record["time"]) - launched, best
+    return math.inf, math.inf, best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--config", default="examples/cartpole.py")
+    parser.add_argument("--minutes", type=float, default=10.0)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    parser.add_argument("--output-root", default="runs/bench_cartpole")
+    parser.add_argument("overrides", nargs="*")
+    args = parser.parse_args()
+    root = Path(args.output_root).resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    results = []
+    for seed in args.seeds:
+        run_dir = run_once(args.config, args.overrides, seed, args.minutes, root, root / f"seed{seed}.log")
+        steps, seconds, best = steps_to_target(run_dir)
+        results.append(steps)
+        print(json.dumps({"run": str(run_dir), "seed": seed, "steps_to_475": steps, "seconds_to_475": round(seconds, 1),
+                          "best_mean_return": round(best, 1)}), flush=True)
+    print(f"P5 cartpole_steps_to_475={statistics.median(results):.0f}")
+
+
+if __name__ == "__main__":
+    main()
