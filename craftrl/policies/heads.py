@@ -93,6 +93,17 @@ class EwmaNormalizer(nn.Module):
         for statistic in (self.running_mean, self.running_mean_sq, self.debiasing_term):
             statistic.zero_()
 
+    @torch.no_grad()
+    def set_identity(self) -> None:
+        """Statistics of mean 0 and variance 1, so normalise/denormalise are the identity.
+
+        For training without value normalisation: a *fresh* normaliser is not the identity (its variance is
+        clamped at ``min_var``), and these statistics travel with the weights without adding a state key.
+        """
+        self.running_mean.zero_()
+        self.running_mean_sq.fill_(1.0)
+        self.debiasing_term.fill_(1.0)
+
     def mean_var(self) -> tuple[torch.Tensor, torch.Tensor]:
         debias = self.debiasing_term.clamp(min=self.epsilon)
         mean = self.running_mean / debias

@@ -77,6 +77,10 @@ class _Run:
         resumed = self._maybe_resume(policy, reference)
         if not resumed and train.zero_initial_vf:
             zero_value_output(policy)
+        if not train.use_normalized_vf:
+            # The value head then predicts returns directly, so its normaliser must be the identity everywhere
+            # (GAE here, bootstrap values in rollout workers), not a fresh one's sqrt(min_var) = 0.1 scale.
+            policy.value_head.normalizer.set_identity()
         model: torch.nn.Module = policy
         if distributed():
             from torch.nn.parallel import DistributedDataParallel

@@ -83,3 +83,18 @@ def test_value_head_loss_in_normalised_space_and_state_dict():
     assert torch.allclose(head.loss(pred, returns), torch.zeros(1, 2), atol=1e-6)
     assert all(p.requires_grad for p in head.parameters())
     assert len(list(head.parameters())) == 2  # statistics are buffers, not optimiser parameters
+
+
+def test_identity_normaliser_for_training_without_value_normalisation():
+    """A fresh normaliser scales by sqrt(min_var) = 0.1; set_identity must make both directions exact no-ops."""
+    from craftrl.policies.heads import ValueHead
+
+    head = ValueHead(4)
+    values = torch.tensor([-2.0, 0.0, 0.5, 3.0])
+    assert not torch.allclose(head.denormalize(values), values)  # the trap set_identity exists for
+    head.normalizer.set_identity()
+    assert torch.equal(head.denormalize(values), values) and torch.equal(head.normalize(values), values)
+    clone = ValueHead(4)
+    clone.load_state_dict(head.state_dict())  # travels with the weights, no new state key
+    assert torch.equal(clone.denormalize(values), values)
+    assert set(head.state_dict()) == set(ValueHead(4).state_dict())
