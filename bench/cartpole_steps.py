@@ -12,7 +12,9 @@ The last line is ``P5 cartpole_steps_to_475=<median over seeds, or inf>``.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
+import os
 import math
 import statistics
 import sys
@@ -49,18 +51,30 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--output-root", default="runs/bench_cartpole")
+    parser.add_argument("--write-results", action="store_true", help="rewrite bench/results/cartpole_steps.md")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
     root = Path(args.output_root).resolve()
     root.mkdir(parents=True, exist_ok=True)
-    results = []
+    results, rows = [], []
     for seed in args.seeds:
         run_dir = run_once(args.config, args.overrides, seed, args.minutes, root, root / f"seed{seed}.log")
         steps, seconds, best = steps_to_target(run_dir)
         results.append(steps)
+        rows.append(f"| {seed} | {steps:.0f} | {seconds:.0f} | {best:.1f} |")
         print(json.dumps({"run": str(run_dir), "seed": seed, "steps_to_475": steps, "seconds_to_475": round(seconds, 1),
                           "best_mean_return": round(best, 1)}), flush=True)
-    print(f"P5 cartpole_steps_to_475={statistics.median(results):.0f}")
+    median = statistics.median(results)
+    if args.write_results:
+        text = ["## CartPole to a mean return of 475 (`bench/cartpole_steps.py`, P5)", "",
+                f"`python bench/cartpole_steps.py {' '.join(sys.argv[1:])}`, {datetime.date.today().isoformat()}, "
+                f"{os.cpu_count()} cores. `examples/cartpole.py` through `craftrl train` (Ray, env processes, LMDB "
+                "replay, trainer); env steps are those collected, trained on or not. Target: 475 within 150k steps.",
+                "", "| seed | env steps to 475 | seconds from launch | best mean return |", "|---|---:|---:|---:|",
+                *rows, "", f"Median: {median:.0f} env steps."]
+        out = Path(__file__).resolve().parent / "results" / "cartpole_steps.md"
+        out.write_text("\n".join(text) + "\n")
+    print(f"P5 cartpole_steps_to_475={median:.0f}")
 
 
 if __name__ == "__main__":

@@ -32,16 +32,75 @@ THRESHOLDS = (1.0, 2.0, 3.0)
 CHECKPOINTS_MIN = (2.5, 3.75, 5.0, 10.0, 15.0, 20.0)
 
 
+COMPONENTS = (  # (label, test on a process's command line); the first match wins
+    ("env processes", lambda cmd, parent_cmd: parent_cmd.startswith("ray::RolloutWorker")),
+    ("rollout worker: inference, fragments, replay writes", lambda cmd, parent_cmd: cmd.startswith("ray::RolloutWorker")),
+    ("replay buffer and readers", lambda cmd, parent_cmd: cmd.startswith(("ray::ReplayBuffer", "ray::ChunkReader"))),
+    ("metrics, statistics, manager", lambda cmd, parent_cmd: cmd.startswith(("ray::Metrics", "ray::Episode", "ray::RolloutManager"))),
+)
+
+
+def _proc_table() -> dict[int, tuple[int, str, float]]:
+    """pid -> (parent pid, command line, CPU seconds used) for every live process."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    table = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        table[int(entry.name)] = (int(fields[1]), cmd, (int(fields[11]) + int(fields[12])) / ticks)
+    return table
+
+
+def cpu_by_component(root: int) -> dict[str, float]:
+    """CPU seconds used so far by the run's live processes (the driver and its descendants), by component.
+
+    The driver runs the learner (local mode), so its own CPU is "learner"; Ray's own daemons are "Ray system".
+    """
+    table = _proc_table()
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _, _) in table.items():
+        children.setdefault(parent, []).append(pid)
+    split: dict[str, float] = {}
+    stack = [root]
+    while stack:
+        pid = stack.pop()
+        stack.extend(children.get(pid, []))
+        if pid not in table:
+            continue
+        parent, cmd, seconds = table[pid]
+        parent_cmd = table.get(parent, (0, "", 0.0))[1]
+        label = "learner (driver process)" if pid == root else next(
+            (name for name, test in COMPONENTS if test(cmd, parent_cmd)), "Ray system processes")
+        split[label] = split.get(label, 0.0) + seconds
+    return split
+
+
 def run_once(config: str, overrides: list[str], seed: int, minutes: float, output_root: Path, log: Path) -> Path:
-    """One training run; returns its run directory. The child gets SIGTERM at the deadline."""
+    """One training run; returns its run directory. The child gets SIGTERM at the deadline.
+
+    Just before the deadline the CPU time of every process of the run is recorded by component
+    (``cpu_split.json`` in the run directory), which says where a 2-core machine's time goes."""
     command = [sys.executable, "-m", "craftrl.cli.main", "train", config, f"seed={seed}",
                f"output_root={output_root}", *overrides]
     launched = time.time()
     with log.open("w") as out:
         child = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        split: dict[str, float] = {}
         try:
-            child.wait(timeout=minutes * 60)
+            child.wait(timeout=max(minutes * 60 - 5, 1))
         except subprocess.TimeoutExpired:
+            split = cpu_by_component(child.pid)
+            try:
+                child.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+        if child.poll() is None:
             child.send_signal(signal.SIGTERM)
             try:
                 child.wait(timeout=120)
@@ -53,6 +112,10 @@ def run_once(config: str, overrides: list[str], seed: int, minutes: float, outpu
         raise SystemExit(f"time_to_cows: no run directory in {log}")
     run_dir = Path(match.group(1))
     (run_dir / "launched_at").write_text(f"{launched}\n")
+    if split:
+        elapsed = minutes * 60 - 5
+        (run_dir / "cpu_split.json").write_text(json.dumps(
+            {"wall_s": elapsed, "cpu_s": split, "cores_used": {k: v / elapsed for k, v in split.items()}}, indent=1))
     return run_dir
 
 

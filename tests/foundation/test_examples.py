@@ -41,3 +41,11 @@ def test_minecraft_example_fails_with_one_clear_error_without_minestudio():
     loaded = load_config(str(EXAMPLES[0].parent / "minecraft_kill_cows.py"))
     with pytest.raises(MinecraftUnavailableError, match="craftrl never downloads"):
         loaded.env_generator()
+
+
+def test_default_config_is_valid_and_its_policy_acts():
+    """`make run` trains craftrl.configs.default: it must validate and its policy must act in its env."""
+    loaded = load_config("craftrl.configs.default")
+    assert loaded.online.train_config.advantage_std_floor > 0 and not loaded.online.train_config.use_normalized_vf
+    reward, terminated, truncated = _act_once(loaded)
+    assert reward >= 0.0 and not (terminated and truncated)
