@@ -147,7 +147,7 @@ def summarize(points: list[dict[str, float]]) -> dict[str, float]:
         lasted = bool(points) and points[-1]["t"] >= minute * 60 - 30  # the run reached (about) that minute
         out[f"cows_at_{minute:g}min"] = before[-1]["cows"] if before and lasted else math.nan
     if len(points) >= 2:
-        first, last = points[0], points[-1]
+        last = points[-1]
         out["end_to_end_sps"] = last["steps"] / max(last["t"], 1e-9)
         out["env_steps"] = last["steps"]
         out["minutes"] = last["t"] / 60

@@ -32,25 +32,6 @@ def crafter_original(monkeypatch: pytest.MonkeyPatch) -> None:
     fast_worldgen.install()
 
 
-@pytest.fixture
-def deterministic_object_hashes(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Make two Crafter envs with the same seed play identically (as in test_fast_worldgen.py).
-
-    Crafter's chunk balancing picks the creature to despawn by index into a set of objects, whose
-    order follows id()-based hashes, so two envs with the same seed part ways without this. Hash
-    objects by their creation order in their world instead, which both envs share while in sync.
-    """
-    init = objects.Object.__init__
-
-    def numbered_init(self, world, pos):
-        init(self, world, pos)
-        world._test_objects_made = getattr(world, "_test_objects_made", 0) + 1
-        self._test_number = world._test_objects_made
-
-    monkeypatch.setattr(objects.Object, "__init__", numbered_init)
-    monkeypatch.setattr(objects.Object, "__hash__", lambda self: self._test_number)
-
-
 def _use(fast: bool) -> None:
     if fast:
         fast_step.install()
