@@ -5,7 +5,11 @@ Fragment payloads never pass through it: writers put records into the LMDB store
 the bookkeeping, waits for enough fresh chunks, and deletes records that nobody will read again, on a
 background thread so the event loop never blocks on disk (MineStudio deleted synchronously in ``__del__``).
 
-At start it clears the store at ``database_config.path`` (see :mod:`craftrl.replay.store` for why).
+At start it clears the store at ``database_config.path`` (see :mod:`craftrl.replay.store` for why). When its
+process dies (killed, out of memory) Ray restarts it (``max_restarts=-1``) and retries the calls it had not
+answered (``max_task_retries=-1``); the restarted actor keeps the store and rebuilds its index from the
+journal (:mod:`craftrl.replay.journal`), so writers and the trainer only notice a pause, and the restart is
+counted in ``replay/restarts`` and logged.
 """
 
 from __future__ import annotations
@@ -17,8 +21,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Sequence
 
 from craftrl.replay.config import BufferSettings
+from craftrl.replay.journal import JournaledPolicy
 from craftrl.replay.policy import BufferPolicy, ChunkDescriptor, FragmentMeta
-from craftrl.replay.store import FragmentStore, StoreLayout, create_store
+from craftrl.replay.store import FragmentStore, StoreLayout, create_store, read_layout
 
 DEFAULT_NAME = "replay_buffer"
 logger = logging.getLogger(__name__)
@@ -29,10 +34,20 @@ class ReplayBufferActor:
 
     def __init__(self, settings: BufferSettings) -> None:
         store = settings.store
-        self._layout = create_store(store.path, store.num_shards, settings.max_live_fragments,
-                                    store.max_fragment_bytes, store.compression_level)
-        self._store = FragmentStore(self._layout)
-        self._policy = BufferPolicy.from_settings(settings)
+        if _restarted_by_ray():
+            self._layout = read_layout(store.path)
+            self._store = FragmentStore(self._layout)
+            self._policy = JournaledPolicy.recover(self._layout.path)
+            self._store.delete_many(self._policy.take_deletable())
+            counts = self._policy.accounting()
+            logger.warning("replay buffer restarted (restart %d): index rebuilt from its journal with %d chunks, "
+                           "%d fragments registered so far; the store at %s was kept", counts["restarts"],
+                           self._policy.policy.num_chunks, counts["added"], self._layout.path)
+        else:
+            self._layout = create_store(store.path, store.num_shards, settings.max_live_fragments,
+                                        store.max_fragment_bytes, store.compression_level)
+            self._store = FragmentStore(self._layout)
+            self._policy = JournaledPolicy.create(BufferPolicy.from_settings(settings), self._layout.path)
         self._deleter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="replay-delete")
         self._pending_deletes: set[asyncio.Future] = set()
         self._changed: asyncio.Condition | None = None  # created on the actor's event loop
@@ -51,9 +66,7 @@ class ReplayBufferActor:
 
     async def add_fragments(self, metas: Sequence[FragmentMeta]) -> None:
         """Register fragments whose records the caller has already put into the store."""
-        report_due = False
-        for meta in metas:
-            report_due |= self._policy.add(meta)
+        report_due = self._policy.add(metas)
         if report_due:
             self._report()
         self._delete_released()
@@ -73,10 +86,11 @@ class ReplayBufferActor:
                     return descriptors
                 remaining = deadline - loop.time()
                 if remaining <= 0:
+                    policy = self._policy.policy
                     raise TimeoutError(
-                        f"sample_chunks({n_chunks}): only {self._policy.fresh_chunk_count()} fresh chunks after "
-                        f"{timeout_s:.0f} s (buffer holds {self._policy.num_chunks}, trainer version "
-                        f"{self._policy.version}); are rollout workers adding fragments?")
+                        f"sample_chunks({n_chunks}): only {policy.fresh_chunk_count()} fresh chunks after "
+                        f"{timeout_s:.0f} s (buffer holds {policy.num_chunks}, trainer version "
+                        f"{policy.version}); are rollout workers adding fragments?")
                 try:
                     await asyncio.wait_for(condition.wait(), remaining)
                 except asyncio.TimeoutError:
@@ -97,7 +111,7 @@ class ReplayBufferActor:
 
     async def metrics(self) -> dict[str, float]:
         """Current metrics without restarting the report window."""
-        return self._policy.metrics(reset_window=False)
+        return self._metrics(reset_window=False)
 
     async def latest_report(self) -> dict[str, float]:
         """The metrics of the last report (one every ``fragments_per_report`` added fragments)."""
@@ -116,13 +130,19 @@ class ReplayBufferActor:
 
     def _report(self) -> None:
         now = time.monotonic()
-        metrics = self._policy.metrics(reset_window=True)
+        metrics = self._metrics(reset_window=True)
         metrics["replay/fragments_per_second"] = metrics["replay/window_fragments_added"] / max(
             now - self._report_clock, 1e-9)
         self._report_clock = now
         self._latest_report = metrics
         self._reports += 1
         logger.info("replay buffer report %d: %s", self._reports, metrics)
+
+    def _metrics(self, reset_window: bool) -> dict[str, float]:
+        metrics = self._policy.policy.metrics(reset_window=reset_window)
+        metrics["replay/restarts"] = float(self._policy.restarts)
+        metrics["replay/duplicate_registrations"] = float(self._policy.duplicate_registrations)
+        return metrics
 
     def _delete_released(self) -> None:
         fragment_ids = self._policy.take_deletable()
@@ -138,6 +158,13 @@ class ReplayBufferActor:
             logger.error("replay buffer: deleting records failed: %s", future.exception())
 
 
+def _restarted_by_ray() -> bool:
+    """True in an actor process Ray started to replace a dead one (False outside Ray, e.g. in tests)."""
+    import ray
+
+    return ray.is_initialized() and ray.get_runtime_context().was_current_actor_reconstructed
+
+
 def start_replay_buffer(settings: BufferSettings, name: str = DEFAULT_NAME, num_cpus: float = 0.0,
                         **options: Any):
     """Create the named buffer actor (it clears the store) and wait until it is ready; return its handle."""
@@ -151,6 +178,7 @@ def start_replay_buffer(settings: BufferSettings, name: str = DEFAULT_NAME, num_
         raise ValueError(f"a replay buffer actor named {name!r} already exists in this Ray namespace; connect to "
                          f"it with ray.get_actor({name!r}) or kill it before starting a new one")
     remote_class = ray.remote(ReplayBufferActor)
+    options = {"max_restarts": -1, "max_task_retries": -1, **options}
     handle = remote_class.options(name=name, num_cpus=num_cpus, **options).remote(settings)
     ray.get(handle.layout.remote())  # surfaces a store error (disk too small, foreign directory) here
     return handle

@@ -5,11 +5,17 @@ payload never travels through the actor. A registration is sent without waiting 
 fewer than ``max_in_flight`` are unanswered. Keep the default of 1: Ray does not promise that an async actor
 runs calls in submission order, and fragments of one env must arrive in index order (a reordered pair would
 be refused as ``out_of_order``). One ~1 ms round trip per fragment of hundreds of env steps costs nothing.
+
+When the buffer actor dies, Ray restarts it and retries the registration; should the call still fail, the
+writer re-sends the *same* registration (same fragment id, record already stored) until ``retry_timeout_s``:
+the buffer ignores a repeat, so a retry can neither lose a fragment nor count it twice.
 """
 
 from __future__ import annotations
 
+import logging
 import secrets
+import time
 from collections import deque
 from typing import Any
 
@@ -19,11 +25,14 @@ from craftrl.replay.policy import FragmentMeta
 from craftrl.replay.store import FragmentStore, StoreLayout
 from craftrl.rollout.fragment import Fragment
 
+logger = logging.getLogger(__name__)
+
 
 class ReplayWriter:
     """One per rollout worker process. Not thread-safe; not picklable (open LMDB handles)."""
 
-    def __init__(self, buffer: Any, layout: StoreLayout | None = None, max_in_flight: int = 1) -> None:
+    def __init__(self, buffer: Any, layout: StoreLayout | None = None, max_in_flight: int = 1,
+                 retry_timeout_s: float = 600.0) -> None:
         if not isinstance(max_in_flight, int) or max_in_flight < 1:
             raise ValueError(f"ReplayWriter.max_in_flight: expected an int >= 1, got {max_in_flight!r}")
         import ray
@@ -32,8 +41,10 @@ class ReplayWriter:
         self._buffer = buffer
         self._layout = layout if layout is not None else ray.get(buffer.layout.remote())
         self._store = FragmentStore(self._layout)
-        self._in_flight: deque = deque()
+        self._in_flight: deque[tuple[Any, list[FragmentMeta]]] = deque()  # (call, its registrations)
         self._max_in_flight = max_in_flight
+        self._retry_timeout_s = retry_timeout_s
+        self.registration_retries = 0
 
     @classmethod
     def connect(cls, name: str = DEFAULT_NAME, **kwargs: Any) -> "ReplayWriter":
@@ -51,14 +62,32 @@ class ReplayWriter:
         meta = FragmentMeta(fragment_id, fragment.env_id, int(fragment.index), fragment.min_version,
                             fragment.raw_nbytes(), len(record))
         while len(self._in_flight) >= self._max_in_flight:
-            self._ray.get(self._in_flight.popleft())
-        self._in_flight.append(self._buffer.add_fragments.remote([meta]))
+            self._settle_oldest()
+        self._in_flight.append((self._buffer.add_fragments.remote([meta]), [meta]))
         return meta
 
     def flush(self) -> None:
         """Wait until the buffer has registered everything added so far."""
         while self._in_flight:
-            self._ray.get(self._in_flight.popleft())
+            self._settle_oldest()
+
+    def _settle_oldest(self) -> None:
+        """Wait for the oldest registration; re-send it while the buffer is restarting."""
+        call, metas = self._in_flight[0]
+        give_up_at = time.monotonic() + self._retry_timeout_s
+        while True:
+            try:
+                self._ray.get(call)
+                break
+            except self._ray.exceptions.RayActorError as error:
+                if time.monotonic() > give_up_at:
+                    raise
+                self.registration_retries += 1
+                logger.warning("replay buffer unavailable (%s); registering %d fragments again", type(error).__name__,
+                               len(metas))
+                time.sleep(0.5)
+                call = self._buffer.add_fragments.remote(metas)
+        self._in_flight.popleft()
 
     def close(self) -> None:
         self.flush()

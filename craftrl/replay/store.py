@@ -5,8 +5,9 @@ LMDB allows that on one machine (one writer per shard at a time, readers never b
 network file systems, so ``path`` must be a local disk shared by those processes.
 
 What happens to an existing store: :func:`create_store` is called once per run by the buffer actor and
-*clears* it, because the index of chunks, reuse counts and versions lives only in the actor's memory; records
-from an earlier run could never be sampled and would only leak disk. To protect user data it refuses to clear
+*clears* it, because the index of chunks, reuse counts and versions belongs to one run (the actor journals it
+beside the shards only to survive its own restarts within the run); records from an earlier run could never
+be sampled and would only leak disk. To protect user data it refuses to clear
 a non-empty directory that lacks the store's manifest file. :meth:`FragmentStore.open` (writers, readers,
 tests) opens an existing store as it is and never clears anything.
 
@@ -27,6 +28,7 @@ from typing import Iterable
 import lmdb
 
 MANIFEST = "craftrl-replay-store.json"
+INDEX_FILE_PREFIX = "index-"  # the buffer actor's journal and snapshot (craftrl.replay.journal)
 _MIB = 1 << 20
 # Sparse map: address space costs nothing, so the map gets twice the expected bytes to absorb fragments that
 # compress worse than ``max_fragment_bytes`` and uneven sharding, without failing the run.
@@ -103,7 +105,8 @@ def _clear_existing(root: Path) -> None:
             f"may be someone else's data: choose an empty or new database_config.path"
         )
     for child in root.iterdir():
-        if child.name == MANIFEST or (child.is_dir() and child.name.startswith("shard-")):
+        if child.name == MANIFEST or child.name.startswith(INDEX_FILE_PREFIX) or (
+                child.is_dir() and child.name.startswith("shard-")):
             shutil.rmtree(child) if child.is_dir() else child.unlink()
     leftovers = [c.name for c in root.iterdir()]
     if leftovers:
