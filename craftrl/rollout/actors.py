@@ -34,7 +34,8 @@ from craftrl.rollout.worker import EpisodeRecord, RolloutLoop
 
 logger = logging.getLogger(__name__)
 MAX_MISSED_STATUS = 3
-CUMULATIVE_KEYS = ("env_steps", "fragments_sent", "restarts", "emit_wait_s", "inference_s", "env_wait_s")
+CUMULATIVE_KEYS = ("env_steps", "fragments_emitted", "fragments_sent", "restarts", "emit_wait_s", "inference_s",
+                   "env_wait_s")
 
 
 def rollout_device(num_gpus: float) -> torch.device:
@@ -60,7 +61,8 @@ class RolloutWorker:
             torch.set_num_threads(int(rollout.num_cpus_per_worker))
         policy = policy_generator().to(self.device)
         self.send_queue: queue.Queue[Fragment] = queue.Queue(maxsize=rollout.to_send_queue_size)
-        self._stop = threading.Event()
+        self._stop_rollout = threading.Event()  # stop stepping envs (the sender still delivers what is queued)
+        self._stop = threading.Event()  # stop everything
         self.error: str | None = None
         self.sent = 0
         self.send_failures = 0
@@ -97,11 +99,25 @@ class RolloutWorker:
                 "send_failures": self.send_failures, "send_s": self.send_seconds, "error": self.error,
                 "alive": all(t.is_alive() for t in self._threads)}
 
-    def stop(self) -> None:
+    def stop(self, drain_timeout: float = 30.0) -> dict[str, Any]:
+        """Stop stepping, deliver the fragments already cut, then stop; returns the final status.
+
+        Delivering first is what lets a run's accounting close: every fragment this worker emitted was
+        either sent or is counted in ``fragments_dropped`` (the sink stayed unreachable for ``drain_timeout``).
+        """
+        rollout_thread, sender_thread = self._threads
+        self._stop_rollout.set()
+        rollout_thread.join(timeout=10)
+        deadline = time.monotonic() + drain_timeout
+        while self.send_queue.unfinished_tasks and sender_thread.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
         self._stop.set()
         for thread in self._threads:
             thread.join(timeout=10)
         self.loop.close()
+        status = self.status()
+        status["fragments_dropped"] = status["fragments_emitted"] - status["fragments_sent"]
+        return status
 
     # ------------------------------------------------------------------ threads
 
@@ -115,7 +131,7 @@ class RolloutWorker:
         return run
 
     def _rollout_forever(self) -> None:
-        while not self._stop.is_set():
+        while not self._stop_rollout.is_set() and not self._stop.is_set():
             self.loop.step(timeout=1.0)
 
     def _enqueue(self, fragment: Fragment) -> None:
@@ -145,6 +161,7 @@ class RolloutWorker:
                     except ray.exceptions.RayActorError:
                         self.send_failures += 1  # the sink is being recreated: keep the fragment, retry
                         time.sleep(1.0)
+                self.send_queue.task_done()
                 self.send_seconds += time.monotonic() - started
         finally:
             self.sink.close()
@@ -172,6 +189,7 @@ class RolloutManager:
         self.health_interval = health_interval
         self.workers: list[Any] = []
         self.recreated = 0
+        self.unsent_by_replaced = 0.0
         self.latest_weights: tuple[int, list[Any]] | None = None
         self.last_status: list[dict[str, Any]] = []
         self.missed: dict[int, int] = {}
@@ -220,6 +238,7 @@ class RolloutManager:
             "rollout/emit_wait_s": float(totals["emit_wait_s"]),
             "rollout/inference_s": float(totals["inference_s"]),
             "rollout/env_wait_s": float(totals["env_wait_s"]),
+            "rollout/fragments_emitted": float(totals["fragments_emitted"]),
             "rollout/fragments_sent": float(totals["fragments_sent"]),
         }
 
@@ -247,17 +266,43 @@ class RolloutManager:
     def worker_handles(self) -> list[Any]:
         return list(self.workers)
 
-    def shutdown(self) -> None:
+    def shutdown(self, timeout: float = 60.0) -> dict[str, float]:
+        """Stop every worker (each delivers what it already cut), then kill them; returns the rollout accounting.
+
+        ``fragments_emitted == fragments_sent + fragments_dropped + fragments_unsent_by_replaced_workers``:
+        the last term is what replaced (dead) workers had cut but not sent at their last status answer.
+        """
         import ray
 
         self._stop.set()
-        for worker in list(self.workers):
+        if self._monitor is not None:
+            self._monitor.join(timeout=30)  # no replacement may start while the workers are being stopped
+        workers, statuses = self._workers_and_statuses()
+        refs = [worker.stop.remote() for worker in workers]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
+        finals, unclean = [], []
+        for ref, last in zip(refs, statuses):
+            final = dict(last)  # a worker that does not answer is counted from its last status
             try:
-                ray.get(worker.stop.remote(), timeout=30)
-            except Exception:
-                pass
+                final = ray.get(ref) if ref in ready else final
+            except Exception as error:
+                unclean.append(f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}")
+            if ref not in ready:
+                unclean.append(f"no answer to stop in {timeout:.0f} s")
+            finals.append(final)
+        if unclean:
+            logger.warning("rollout workers that did not stop cleanly: %s", unclean)
+        for worker in workers:
             ray.kill(worker, no_restart=True)
         self.workers = []
+        keys = ("fragments_emitted", "fragments_sent", "env_steps", "restarts")
+        totals = {key: self.retired[key] + sum(float(f.get(key, 0.0)) for f in finals) for key in keys}
+        totals["fragments_dropped"] = float(sum(f.get("fragments_dropped", 0) for f in finals))
+        totals["fragments_unsent_by_replaced_workers"] = self.unsent_by_replaced
+        totals["workers_recreated"] = float(self.recreated)
+        totals["workers_stopped_uncleanly"] = float(len(unclean))
+        self.stop_errors = unclean
+        return totals
 
     # ------------------------------------------------------------------ internals
 
@@ -306,5 +351,7 @@ class RolloutManager:
         with self._lock:
             for key in CUMULATIVE_KEYS:
                 self.retired[key] += float(last_status.get(key, 0.0))
+            self.unsent_by_replaced += max(0.0, float(last_status.get("fragments_emitted", 0))
+                                           - float(last_status.get("fragments_sent", 0)))
             self.recreated += 1
             self.workers[index] = self._create_worker(index)

@@ -37,11 +37,17 @@ class RolloutHandles:
     statistics: Any
 
 
-def stop_rollout_system(timeout: float = 30.0) -> bool:
-    """Stop and remove the named rollout actors if they exist (their env processes die with them)."""
+def stop_rollout_system(timeout: float = 90.0) -> dict[str, float] | None:
+    """Stop and remove the named rollout actors if they exist (their env processes die with them).
+
+    Workers stop first and deliver the fragments they already cut, so the replay buffer's final accounting
+    covers everything. Returns the run's fragment accounting (rollout and replay counters together), or None
+    when no rollout system was running.
+    """
     import ray
 
     found = False
+    accounting: dict[str, float] = {}
     _LIVE.clear()
     for name in (MANAGER_NAME, STATISTICS_NAME, REPLAY_NAME):
         try:
@@ -49,13 +55,35 @@ def stop_rollout_system(timeout: float = 30.0) -> bool:
         except ValueError:
             continue
         found = True
-        if name == MANAGER_NAME:
-            try:
-                ray.get(handle.shutdown.remote(), timeout=timeout)
-            except Exception as error:  # a broken manager is killed all the same
-                logger.warning("rollout manager did not shut down cleanly: %s", error)
+        try:
+            if name == MANAGER_NAME:
+                totals = ray.get(handle.shutdown.remote(), timeout=timeout)
+                accounting.update({f"rollout/{key}": value for key, value in totals.items()})
+            elif name == REPLAY_NAME:
+                ray.get(handle.flush_deletes.remote(), timeout=timeout)
+                accounting.update({f"replay/{k}": float(v) for k, v in ray.get(handle.accounting.remote(),
+                                                                               timeout=timeout).items()})
+        except Exception as error:  # a broken actor is killed all the same
+            logger.warning("%s did not shut down cleanly: %s", name, error)
         ray.kill(handle, no_restart=True)
-    return found
+    if accounting:
+        logger.info("fragment accounting: %s", format_accounting(accounting))
+    return accounting if found else None
+
+
+def format_accounting(counts: dict[str, float]) -> str:
+    """One line a person can check: where every fragment the rollout workers cut ended up."""
+    def get(key: str) -> int:
+        return int(counts.get(key, 0))
+
+    removed = {key.removeprefix("replay/removed_"): int(value) for key, value in counts.items()
+               if key.startswith("replay/removed_") and value}
+    return (f"emitted {get('rollout/fragments_emitted')} = sent {get('rollout/fragments_sent')} + dropped at stop "
+            f"{get('rollout/fragments_dropped')} + unsent by replaced workers "
+            f"{get('rollout/fragments_unsent_by_replaced_workers')}; replay registered {get('replay/added')} "
+            f"(+{get('replay/duplicate_registrations')} repeats ignored) = in chunks {get('replay/in_chunks')} + "
+            f"in open chunks {get('replay/in_open_chunks')} + removed {removed}; unaccounted "
+            f"{get('replay/unaccounted')}; buffer restarts {get('replay/restarts')}")
 
 
 def start_rollout_system(policy_generator: Callable[[], Any], env_generator: Callable[[], Any],

@@ -1,0 +1,177 @@
+"""Fault injection into a real training run: env processes, a rollout worker and the replay buffer fail.
+
+Each test trains end to end on local Ray (env processes -> rollout workers -> LMDB replay -> PPO) while
+faults are injected from a thread of the test process, then checks that the run finished and that every
+fragment the workers cut is accounted for.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import random
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from craftrl.config import build_config
+from craftrl.config.loading import config_to_dict
+from craftrl.envs.testing import ScriptedEnv
+from craftrl.policies import default_policy_generator
+from craftrl.rollout.start import start_rollout_system, stop_rollout_system
+from craftrl.train.trainer import run_trainer
+
+pytestmark = pytest.mark.ray
+
+POLICY = functools.partial(default_policy_generator, num_actions=2, image_shape=(8, 8, 3), hidden_size=16,
+                           channels=(4, 4, 4))
+# What a freshly built env process will do wrong, drawn per process (so restarted envs keep failing).
+FAULTS = [("step", "raise"), ("reset", "raise"), ("step", "hang"), ("reset", "hang"), ("step", "exit"),
+          (None, "raise")]
+
+
+def flaky_env() -> ScriptedEnv:
+    """An env that fails once, in a way and at a call chosen at random for this process."""
+    rng = random.Random(os.getpid() ^ time.time_ns())
+    fail_in, fail_mode = rng.choice(FAULTS)
+    fail_at = rng.randint(3, 12) if fail_in == "reset" else rng.randint(10, 60)
+    return ScriptedEnv(episode_length=6, fail_in=fail_in, fail_mode=fail_mode, fail_at=fail_at)
+
+
+def fault_config(tmp_path: Path, num_iterations: int, num_rollout_workers: int = 1):
+    return build_config({
+        "detach_rollout_manager": False,
+        "rollout_config": {
+            "num_rollout_workers": num_rollout_workers, "num_cpus_per_worker": 0, "fragment_length": 8,
+            "to_send_queue_size": 2,
+            "worker_config": {"num_envs": 4, "batch_size": 2, "step_timeout": 1.5, "reset_timeout": 5.0,
+                              "video_output_dir": str(tmp_path / "videos")},
+            "replay_buffer_config": {"max_chunks": 16, "max_staleness": 2, "max_reuse": 1,
+                                     "database_config": {"path": str(tmp_path / "replay"), "num_shards": 2,
+                                                         "max_fragment_bytes": 1 << 20}},
+        },
+        "train_config": {"num_iterations": num_iterations, "batch_size_per_gpu": 2, "batches_per_iteration": 2,
+                         "context_length": 4, "save_interval": 0, "num_readers": 1, "record_video_interval": 0,
+                         "save_path": str(tmp_path / "checkpoints")},
+        "logger_config": {"console_interval": 0},
+    })
+
+
+def spawned_processes() -> set[int]:
+    """Live processes started by multiprocessing's spawn (env processes are)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if b"multiprocessing.spawn" in (entry / "cmdline").read_bytes():
+                    found.add(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+class FaultInjector(threading.Thread):
+    """Runs ``actions`` (callables) every ``interval`` seconds until stopped; counts what it did."""
+
+    def __init__(self, interval: float, action) -> None:
+        super().__init__(daemon=True)
+        self.interval, self.action = interval, action
+        self.stopped = threading.Event()
+        self.done = 0
+
+    def run(self) -> None:
+        while not self.stopped.wait(self.interval):
+            self.done += bool(self.action())
+
+    def stop(self) -> int:
+        self.stopped.set()
+        self.join(timeout=10)
+        return self.done
+
+
+def train_with_faults(ray, config, env_generator, injectors, storage: Path):
+    """Train ``config`` to the end while the injectors run; return (rollout status, final accounting)."""
+    handles = start_rollout_system(POLICY, env_generator, config)
+    for injector in injectors:
+        injector.start()
+    try:
+        run_trainer(POLICY, config_to_dict(config), storage_path=str(storage))
+        status = ray.get(handles.manager.status.remote())
+    finally:
+        for injector in injectors:
+            injector.stop()
+        accounting = stop_rollout_system()
+    return status, accounting
+
+
+def test_env_faults_and_a_killed_replay_buffer_lose_and_double_count_nothing(ray_session, tmp_path):
+    ray = ray_session
+    config = fault_config(tmp_path, num_iterations=14)
+    existing = spawned_processes()
+
+    def kill_an_env_process() -> bool:
+        envs = sorted(spawned_processes() - existing)
+        if not envs:
+            return False
+        try:
+            os.kill(random.choice(envs), signal.SIGKILL)
+            return True
+        except ProcessLookupError:
+            return False
+
+    replay_kills: list[int] = []
+
+    def kill_the_replay_buffer_once() -> bool:
+        if replay_kills:
+            return False
+        replay = ray.get_actor("replay_buffer")
+        pid = ray.get(replay.__ray_call__.remote(lambda actor: os.getpid()))
+        os.kill(pid, signal.SIGKILL)
+        replay_kills.append(pid)
+        return True
+
+    env_killer = FaultInjector(1.0, kill_an_env_process)
+    replay_killer = FaultInjector(6.0, kill_the_replay_buffer_once)
+    status, accounting = train_with_faults(ray, config, flaky_env, [env_killer, replay_killer],
+                                           tmp_path / "ray_train")
+
+    assert env_killer.done >= 3 and replay_kills, "the faults were not injected"
+    # Every kind of env failure was met and survived: SIGKILLs and scripted exits, hangs, raises.
+    assert status["rollout/env_restarts"] >= env_killer.done
+    # Exact accounting: the workers stopped cleanly, so everything they cut reached the buffer.
+    assert accounting["rollout/fragments_emitted"] == accounting["rollout/fragments_sent"] > 0
+    assert accounting["rollout/fragments_dropped"] == 0 and accounting["rollout/workers_stopped_uncleanly"] == 0
+    assert accounting["replay/added"] == accounting["rollout/fragments_sent"]
+    assert accounting["replay/unaccounted"] == 0
+    assert accounting["replay/removed_out_of_order"] == 0, "a fragment arrived twice"
+    assert accounting["replay/restarts"] == 1
+    assert accounting["replay/store_records"] == (accounting["replay/in_chunks"] + accounting["replay/in_open_chunks"]
+                                                  + accounting["replay/awaiting_delete"])
+
+
+def test_a_killed_rollout_worker_is_recreated_and_training_goes_on(ray_session, tmp_path):
+    ray = ray_session
+    config = fault_config(tmp_path, num_iterations=12, num_rollout_workers=2)
+    killed: list[bool] = []
+
+    def kill_a_worker_once() -> bool:
+        if killed:
+            return False
+        manager = ray.get_actor("rollout_manager")
+        victim = ray.get(manager.worker_handles.remote())[0]
+        ray.kill(victim, no_restart=True)
+        killed.append(True)
+        return True
+
+    injector = FaultInjector(5.0, kill_a_worker_once)
+    status, accounting = train_with_faults(ray, config, functools.partial(ScriptedEnv, episode_length=6),
+                                           [injector], tmp_path / "ray_train")
+    assert killed and status["rollout/workers_recreated"] >= 1
+    assert accounting["rollout/workers_recreated"] >= 1
+    assert accounting["replay/unaccounted"] == 0
+    assert accounting["replay/removed_out_of_order"] == 0, "a fragment arrived twice"
+    # A killed worker loses at most what it had cut but not sent: its queue and the fragment in hand.
+    assert accounting["rollout/fragments_unsent_by_replaced_workers"] <= config.rollout_config.to_send_queue_size + 1
+    assert accounting["replay/added"] >= accounting["rollout/fragments_sent"]
