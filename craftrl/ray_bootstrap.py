@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from craftrl.config.schema import OnlineConfig
@@ -30,9 +30,11 @@ class ResourceRequest:
     cpus: float
     gpus: float
     breakdown: str
+    custom: dict[str, float] = field(default_factory=dict)  # resources_per_worker summed over workers
 
     def describe(self) -> str:
-        return f"{self.cpus:g} CPU and {self.gpus:g} GPU ({self.breakdown})"
+        custom = "".join(f", {amount:g} {name}" for name, amount in self.custom.items())
+        return f"{self.cpus:g} CPU and {self.gpus:g} GPU{custom} ({self.breakdown})"
 
 
 def required_resources(config: OnlineConfig) -> ResourceRequest:
@@ -51,7 +53,12 @@ def required_resources(config: OnlineConfig) -> ResourceRequest:
     cpus = sum(c for c, _ in parts.values())
     gpus = sum(g for _, g in parts.values())
     breakdown = ", ".join(f"{name} {c:g} CPU" + (f"/{g:g} GPU" if g else "") for name, (c, g) in parts.items())
-    return ResourceRequest(cpus=cpus, gpus=gpus, breakdown=breakdown)
+    custom: dict[str, float] = {}
+    for count, per_worker in ((rollout.num_rollout_workers, rollout.resources_per_worker),
+                              (train_workers, train.resources_per_worker)):
+        for name, amount in (per_worker or {}).items():
+            custom[name] = custom.get(name, 0.0) + count * amount
+    return ResourceRequest(cpus=cpus, gpus=gpus, breakdown=breakdown, custom=custom)
 
 
 def local_cpu_count(config: OnlineConfig, machine_cpus: int | None = None) -> int:
@@ -70,6 +77,12 @@ def check_cluster_resources(config: OnlineConfig, available: dict[str, float]) -
         raise ClusterResourceError(
             f"the Ray cluster has {have_cpu:g} CPU and {have_gpu:g} GPU, but the config reserves {need.describe()}; "
             "lower num_*_per_worker / worker counts or add nodes")
+    short = {name: amount for name, amount in need.custom.items() if amount > available.get(name, 0.0) + 1e-9}
+    if short:
+        have = ", ".join(f"{available.get(name, 0.0):g} {name}" for name in short)
+        raise ClusterResourceError(
+            f"the Ray cluster has {have}, but the config's resources_per_worker reserve {need.describe()}; start "
+            "nodes with those resources (ray start --resources) or lower the worker counts")
 
 
 def ray_init(config: OnlineConfig | None = None, address: str | None = None, *,
@@ -111,7 +124,9 @@ def ray_init(config: OnlineConfig | None = None, address: str | None = None, *,
     memory_mb = config.ray_config.object_store_memory_mb
     options = {"num_cpus": local_cpu_count(config, machine_cpus), "num_gpus": detected_gpus,
                "include_dashboard": dashboard, "namespace": "craftrl",
-               "object_store_memory": memory_mb * (1 << 20) if memory_mb else None}
+               "object_store_memory": memory_mb * (1 << 20) if memory_mb else None,
+               # one machine plays every node: it declares the custom resources the config places by
+               "resources": dict(need.custom) or None}
     options.update(ray_kwargs)
     ray.init(**options)
     return ray.cluster_resources()

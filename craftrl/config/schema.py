@@ -94,6 +94,7 @@ class WorkerConfig:
     restart_interval: Optional[float] = key(None, "Recycle an env process after this many seconds, at the next episode boundary; None or 0 disables.", NON_NEGATIVE)
     step_timeout: float = key(60.0, "Seconds an env step may take before the env process is killed and restarted (a hang).", POSITIVE)
     reset_timeout: float = key(300.0, "Seconds an env construction or reset may take before it is treated as a hang.", POSITIVE)
+    preflight: bool = key(True, "Before starting Ray, craftrl train builds one env in a subprocess and runs the policy on its first observation, so a broken generator fails in one line; False skips this (a driver that cannot build the env).")
     video_fps: int = key(20, "Frame rate of recorded episode videos.", AT_LEAST_ONE)
     video_output_dir: str = key("videos", "Directory for mp4 episode videos; relative paths resolve inside the run directory.")
 
@@ -108,6 +109,7 @@ class RolloutConfig:
     num_rollout_workers: int = key(1, "Rollout worker actors; each owns num_envs env processes.", AT_LEAST_ONE)
     num_gpus_per_worker: float = key(0.0, "GPU share reserved per rollout worker; inference runs on the GPU when > 0 and CUDA exists.", NON_NEGATIVE)
     num_cpus_per_worker: float = key(1.0, "CPUs reserved per rollout worker in Ray's accounting.", NON_NEGATIVE)
+    resources_per_worker: Optional[dict[str, float]] = key(None, "Custom Ray resources each rollout worker requires, e.g. {rollout_node: 1} to place workers on nodes started with that resource; a local Ray declares what the run needs.")
     fragment_length: int = key(256, "Env steps per fragment, the unit sent from rollout to the replay buffer.", AT_LEAST_ONE)
     to_send_queue_size: int = key(1, "Fragments a worker may hold waiting to be sent; when full the worker waits (backpressure).", AT_LEAST_ONE)
     worker_config: WorkerConfig = section(WorkerConfig, "Settings of each rollout worker and its env processes.")
@@ -120,6 +122,7 @@ class TrainConfig:
     num_workers: int = key(0, "Ray Train DDP workers; 0 runs the learner inside the driver process (local mode).", NON_NEGATIVE)
     num_gpus_per_worker: float = key(0.0, "GPUs per train worker; 0 trains on CPU (gloo), > 0 on CUDA (nccl).", NON_NEGATIVE)
     num_cpus_per_worker: float = key(1.0, "CPUs reserved per train worker in Ray's accounting.", NON_NEGATIVE)
+    resources_per_worker: Optional[dict[str, float]] = key(None, "Custom Ray resources each train worker requires, e.g. {learner_node: 1}; needs num_workers >= 1 (local mode trains in the driver).")
     num_iterations: int = key(4000, "Training iterations to run; each publishes a new policy version.", AT_LEAST_ONE)
     vf_warmup: int = key(0, "First iterations that train only the value function (the policy is not updated or published).", NON_NEGATIVE)
     learning_rate: float = key(2.5e-4, "AdamW learning rate at the start of training.", POSITIVE)

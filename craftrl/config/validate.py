@@ -128,10 +128,18 @@ def _coerce(value: Any, declared: Any) -> tuple[Any, str | None]:
         return None, expect
     if declared is str:
         return (value, None) if isinstance(value, str) else (None, expect)
+    if typing.get_origin(declared) is dict:  # resource name -> amount
+        if isinstance(value, Mapping) and all(
+                isinstance(name, str) and isinstance(amount, (int, float)) and not isinstance(amount, bool)
+                and amount >= 0 for name, amount in value.items()):
+            return {name: float(amount) for name, amount in value.items()}, None
+        return None, expect
     return value, None
 
 
 def _type_name(declared: Any) -> str:
+    if typing.get_origin(declared) is dict:
+        return "a mapping of names to non-negative numbers"
     return {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}.get(declared, str(declared))
 
 
@@ -154,6 +162,11 @@ def cross_field_problems(config: OnlineConfig) -> list[str]:
         problems.append(
             f"train_config.vf_warmup: expected < num_iterations ({train.num_iterations}), got {train.vf_warmup}; "
             "the policy would never be trained"
+        )
+    if train.resources_per_worker and train.num_workers == 0:
+        problems.append(
+            "train_config.resources_per_worker: expected train_config.num_workers >= 1, got num_workers=0; in "
+            "local mode the learner runs in the driver, which Ray does not place"
         )
     if train.resume == "":
         problems.append("train_config.resume: expected a checkpoint path, 'latest' or null, got ''")

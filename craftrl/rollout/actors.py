@@ -10,7 +10,10 @@ Threads inside a worker actor (``max_concurrency`` lets Ray run its methods besi
 
 The manager checks its workers every ``health_interval`` seconds and recreates a dead or broken one
 (counted), handing it the latest weights so it does not act with stale ones. A worker that merely answers
-slowly (a loaded machine) is replaced only after ``MAX_MISSED_STATUS`` unanswered checks in a row.
+slowly (a loaded machine) is replaced only after ``MAX_MISSED_STATUS`` unanswered checks in a row. A worker
+slot whose fresh workers break ``MAX_FAILED_STARTS`` times in a row before cutting a single fragment is
+given up (a broken env or policy generator would otherwise be retried forever): its error is reported by
+``fatal_error`` once no worker is left, and the trainer stops with it.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from craftrl.rollout.worker import EpisodeRecord, RolloutLoop
 
 logger = logging.getLogger(__name__)
 MAX_MISSED_STATUS = 3
+MAX_FAILED_STARTS = 3
 CUMULATIVE_KEYS = ("env_steps", "fragments_emitted", "fragments_sent", "restarts", "emit_wait_s", "inference_s",
                    "env_wait_s")
 
@@ -193,6 +197,8 @@ class RolloutManager:
         self.latest_weights: tuple[int, list[Any]] | None = None
         self.last_status: list[dict[str, Any]] = []
         self.missed: dict[int, int] = {}
+        self.failed_starts: dict[int, int] = {}  # worker slot -> fresh workers in a row that broke unproductive
+        self.given_up: dict[int, str] = {}  # worker slot -> the error that made the manager give up
         self.retired = dict.fromkeys(CUMULATIVE_KEYS, 0.0)  # counters of replaced workers, so totals never drop
         self._started = time.monotonic()
         self._stop = threading.Event()
@@ -234,6 +240,7 @@ class RolloutManager:
             "rollout/queue_fill": float(sum(s.get("queue_fill", 0) for s in statuses)),
             "rollout/env_restarts": float(totals["restarts"]),
             "rollout/workers_recreated": float(self.recreated),
+            "rollout/workers_given_up": float(len(self.given_up)),
             "rollout/version_lag_max": float(max((latest - s.get("version", -1) for s in statuses), default=0)),
             "rollout/emit_wait_s": float(totals["emit_wait_s"]),
             "rollout/inference_s": float(totals["inference_s"]),
@@ -262,6 +269,13 @@ class RolloutManager:
             workers = list(self.workers)
         statuses = list(self.last_status) + [{}] * (len(workers) - len(self.last_status))
         return workers, statuses
+
+    def fatal_error(self) -> str | None:
+        """Why no rollout worker can run any more, or None while at least one can."""
+        if self.workers and len(self.given_up) == len(self.workers):
+            return f"every rollout worker failed {MAX_FAILED_STARTS} times in a row; last error: " + \
+                self.given_up[max(self.given_up)].strip().splitlines()[-1]
+        return None
 
     def worker_handles(self) -> list[Any]:
         return list(self.workers)
@@ -312,7 +326,7 @@ class RolloutManager:
         rollout = self.online.rollout_config
         actor = ray.remote(RolloutWorker).options(
             num_cpus=rollout.num_cpus_per_worker, num_gpus=rollout.num_gpus_per_worker, max_concurrency=4,
-            name=None)
+            resources=dict(rollout.resources_per_worker or {}), name=None)
         seed = self.online.seed * 1000 + index + 1000 * self.recreated
         return actor.remote(f"w{index}", self.env_generator, self.policy_generator, self.config, self.sink,
                             self.statistics, seed, self.latest_weights)
@@ -333,7 +347,16 @@ class RolloutManager:
                 except ray.exceptions.RayActorError as error:
                     status = {"error": type(error).__name__, "alive": False}
                 self.missed[index] = 0
+                if index in self.given_up:
+                    continue
                 if status.get("error") or not status.get("alive", True):
+                    productive = max(status.get("fragments_emitted", 0), statuses[index].get("fragments_emitted", 0))
+                    self.failed_starts[index] = 0 if productive else self.failed_starts.get(index, 0) + 1
+                    if self.failed_starts[index] >= MAX_FAILED_STARTS:
+                        self.given_up[index] = str(status.get("error"))
+                        logger.error("rollout worker %d failed %d times in a row before producing anything; giving "
+                                     "up on it: %s", index, MAX_FAILED_STARTS, status.get("error"))
+                        continue
                     logger.warning("rollout worker %d is broken (%s); recreating it", index, status.get("error"))
                     self._replace(index, worker, statuses[index])
                     statuses[index] = {}

@@ -32,6 +32,12 @@ from craftrl.train.learner import PPOLearner, all_reduce, distributed, zero_valu
 logger = logging.getLogger(__name__)
 METRICS_NAME = "metrics"
 KEEP_LAST_CHECKPOINTS = 3
+DATA_TIMEOUT_S = 600.0  # how long the trainer waits for fresh chunks before giving up
+DATA_CHECK_S = 15.0  # while waiting, how often it asks the rollout manager whether any worker can still run
+
+
+class RolloutFailedError(RuntimeError):
+    """No rollout worker can produce data any more (the manager gave up on all of them)."""
 
 
 def _named(name: str) -> Any:
@@ -129,12 +135,29 @@ class _Run:
     def fetch(self) -> list[Any]:
         import ray
 
-        descriptors = ray.get(self.replay.sample_chunks.remote(self.chunks_per_iteration()))
+        descriptors = self._sample()
         fragments = [f for result in self.readers.read(descriptors) if result.ok for f in result.fragments]
         # Every rank must run the same number of batches or DDP's collectives hang: use the common minimum.
         common = all_reduce(torch.tensor([len(fragments)], device=self.device),
                             torch.distributed.ReduceOp.MIN if distributed() else None)
         return fragments[:int(common.item())]
+
+    def _sample(self) -> list[Any]:
+        """Wait for fresh chunks; stop with the rollout side's error rather than wait for data that cannot come."""
+        import ray
+
+        waited = 0.0
+        while True:
+            wait = min(DATA_CHECK_S, DATA_TIMEOUT_S - waited)
+            try:
+                return ray.get(self.replay.sample_chunks.remote(self.chunks_per_iteration(), timeout_s=wait))
+            except TimeoutError:
+                waited += wait
+                if waited >= DATA_TIMEOUT_S:
+                    raise
+            fatal = ray.get(self.manager.fatal_error.remote(), timeout=30) if self.manager is not None else None
+            if fatal:
+                raise RolloutFailedError(fatal)
 
     def publish(self) -> float:
         """Rank 0: ship CPU weights to the rollout workers; returns the seconds it took (not awaited)."""
@@ -255,7 +278,7 @@ def run_trainer(policy_generator: Callable[[], Any], online_config: dict[str, An
     online = build_config(online_config)
     train = online.train_config
     use_gpu = train.num_gpus_per_worker > 0
-    resources = {"CPU": train.num_cpus_per_worker}
+    resources = {"CPU": train.num_cpus_per_worker, **(train.resources_per_worker or {})}
     if use_gpu:
         resources["GPU"] = train.num_gpus_per_worker
     scaling = ScalingConfig(num_workers=train.num_workers, use_gpu=use_gpu,

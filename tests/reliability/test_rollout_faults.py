@@ -175,3 +175,13 @@ def test_a_killed_rollout_worker_is_recreated_and_training_goes_on(ray_session, 
     # A killed worker loses at most what it had cut but not sent: its queue and the fragment in hand.
     assert accounting["rollout/fragments_unsent_by_replaced_workers"] <= config.rollout_config.to_send_queue_size + 1
     assert accounting["replay/added"] >= accounting["rollout/fragments_sent"]
+
+
+def test_workers_that_can_never_run_stop_the_run_with_their_error(ray_session, tmp_path):
+    """An env that always fails to reset: workers are recreated a few times, then the trainer stops with why."""
+    config = fault_config(tmp_path, num_iterations=3)
+    broken = functools.partial(ScriptedEnv, fail_in="reset", fail_mode="raise", fail_at=1)
+    started = time.monotonic()
+    with pytest.raises(Exception, match="every rollout worker failed 3 times in a row.*scripted failure in reset"):
+        train_with_faults(ray_session, config, broken, [], tmp_path / "ray_train")
+    assert time.monotonic() - started < 120
