@@ -14,8 +14,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from craftrl.cli.preflight import build_policy, describe_exception, weight_mismatch
 from craftrl.config.loading import LoadedConfig, load_config
 from craftrl.config.validate import ConfigError
+from craftrl.envs.contract import ContractError, check_env_methods, check_reset_result, check_step_result
 from craftrl.rollout.worker import action_rows, obs_batch
 from craftrl.train.checkpoint import STATE_FILE, list_checkpoints, load_checkpoint
 
@@ -40,6 +42,9 @@ def find_config_source(checkpoint: Path) -> Path | None:
 def locate_checkpoint(argument: str) -> Path:
     """A checkpoint directory, a ``checkpoints/`` directory or a run directory (its newest checkpoint)."""
     path = Path(argument).expanduser()
+    if not path.exists():
+        raise ConfigError([f"eval: {argument} does not exist (expected a run directory, its checkpoints/ directory, "
+                           f"or a checkpoint directory holding {STATE_FILE})"])
     if (path / STATE_FILE).is_file():
         return path
     for directory in (path, path / "checkpoints"):
@@ -66,14 +71,19 @@ def play(loaded: LoadedConfig, model_state: dict[str, torch.Tensor], episodes: i
          record: bool, seed: int = 0) -> tuple[list[EpisodeResult], list[np.ndarray]]:
     from craftrl.rollout.worker import episode_metrics
 
-    policy = loaded.policy_generator()
+    policy = build_policy(loaded.policy_generator)
+    saved_shapes = {key: tuple(value.shape) for key, value in model_state.items() if hasattr(value, "shape")}
+    mismatch = weight_mismatch(saved_shapes, policy)
+    if mismatch:
+        raise ConfigError([f"eval: the checkpoint's weights do not fit the policy from policy_generator ({mismatch}); "
+                           "pass --config with the config it was trained with"])
     policy.load_state_dict(model_state)
     policy.eval()
-    env = loaded.env_generator()
+    env = _build_env(loaded)
     results, frames = [], []
     try:
         for episode in range(episodes):
-            obs, _ = env.reset(seed=seed + episode)
+            obs, _ = _checked(check_reset_result, "env_generator: reset()", env.reset(seed=seed + episode))
             state, first, total, length = policy.initial_state(1), True, 0.0, 0
             if record:
                 frames.append(np.asarray(env.render()))
@@ -81,7 +91,8 @@ def play(loaded: LoadedConfig, model_state: dict[str, torch.Tensor], episodes: i
                 with torch.no_grad():
                     out = policy.act(obs_batch([obs], policy.device), state,
                                      torch.tensor([[first]], device=policy.device), deterministic=deterministic)
-                obs, reward, terminated, truncated, info = env.step(action_rows(out.action, 1)[0])
+                step = env.step(action_rows(out.action, 1)[0])
+                obs, reward, terminated, truncated, info = _checked(check_step_result, "env_generator: step()", step)
                 state, first = out.state_out, False
                 total, length = total + float(reward), length + 1
                 if record:
@@ -93,6 +104,27 @@ def play(loaded: LoadedConfig, model_state: dict[str, torch.Tensor], episodes: i
     finally:
         env.close()
     return results, frames
+
+
+def _build_env(loaded: LoadedConfig) -> Any:
+    try:
+        env = loaded.env_generator()
+    except Exception as error:
+        raise ConfigError([f"env_generator raised {describe_exception(error)}"]) from None
+    try:
+        check_env_methods(env)
+    except ContractError as error:
+        raise ConfigError([str(error)]) from None
+    return env
+
+
+def _checked(check: Any, where: str, result: Any) -> Any:
+    """The env's reply, after the env contract check (a broken reply is bad input, not a craftrl crash)."""
+    try:
+        check(result, where)
+    except ContractError as error:
+        raise ConfigError([str(error)]) from None
+    return result
 
 
 def format_table(results: list[EpisodeResult], metric_keys: tuple[str, ...] = ("cows_killed",)) -> str:

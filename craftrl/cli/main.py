@@ -1,14 +1,15 @@
 """``craftrl`` command line: train, eval, plot, config show, config check.
 
 Exit codes: 0 success, 2 bad input (config, arguments, cluster too small) -- always one line per problem
-and never a traceback -- and 130 when a training run was stopped by Ctrl-C or SIGTERM (after a checkpoint).
+and never a traceback --, 1 when a started run could not go on (no rollout worker can run), and 130 when a
+training run was stopped by Ctrl-C or SIGTERM (after a checkpoint).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from typing import Sequence
+from typing import NoReturn, Sequence
 
 from craftrl.config.loading import config_to_yaml, load_config
 from craftrl.config.validate import ConfigError
@@ -17,15 +18,24 @@ EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130  # the shell's convention for a run stopped by Ctrl-C
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse prints a usage block before its error; craftrl's promise is one ``craftrl: error:`` line."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"craftrl: error: {message}; see '{self.prog} --help'", file=sys.stderr)
+        sys.exit(EXIT_BAD_INPUT)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="craftrl", description="Distributed online PPO for game agents on Ray.")
+    parser = _OneLineParser(prog="craftrl", description="Distributed online PPO for game agents on Ray.")
     commands = parser.add_subparsers(dest="command", required=True)
 
     train = commands.add_parser("train", help="train a policy online")
     _add_config_arguments(train)
     train.add_argument("--address", default=None,
                        help="join an existing Ray cluster ('auto' or host:port) instead of starting one")
-    train.add_argument("--resume", default=None, help="checkpoint directory or 'latest' (sets train_config.resume)")
+    train.add_argument("--resume", default=None, help="'latest' (the newest run of this config's name under output_root), a run directory or a "
+                            "checkpoint directory; continues that run (sets train_config.resume)")
 
     evaluate = commands.add_parser("eval", help="play episodes with a checkpoint and print their returns")
     evaluate.add_argument("checkpoint", help="checkpoint directory, or a run directory (its newest checkpoint)")
@@ -50,6 +60,11 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_config_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("config", help="config module (dotted name), .py file or .yaml file")
     parser.add_argument("overrides", nargs="*", metavar="key.path=value", help="override config keys")
+
+
+def one_line(problem: str) -> str:
+    """A problem as one line: the exit-2 promise is one stderr line per problem, even if a message spans lines."""
+    return " ".join(line.strip() for line in str(problem).splitlines() if line.strip())
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -84,8 +99,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return train_command(load_config(args.config, overrides))
     except ConfigError as error:
         for problem in error.problems:
-            print(f"craftrl: error: {problem}", file=sys.stderr)
+            print(f"craftrl: error: {one_line(problem)}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except KeyboardInterrupt:  # Ctrl-C before training started (a slow env build in the preflight, say)
+        print("craftrl: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     parser.error(f"unknown command {args.command!r}")
     return EXIT_BAD_INPUT
 

@@ -1,16 +1,107 @@
-"""Contract checks reusable by anyone writing a policy (the built-in tests use them).
+"""Contract checks reusable by anyone writing a policy (the built-in tests and ``craftrl train``'s preflight).
 
 The central property: a chunked forward over ``T`` steps equals ``T`` single-step calls with the state
 carried, including episode starts in the middle. If it fails, trainer re-evaluation of stored fragments
 does not reproduce what the behaviour policy computed.
+
+The shape checks (``check_policy_members``, ``check_forward_outputs``, ``check_act_result``) exist because a
+policy that returns a wrong shape otherwise fails far from its cause -- inside a Ray actor, or silently by
+broadcasting in the PPO loss. Each raises ``PolicyContractError`` with one line naming the output and what
+was expected.
 """
 
 from __future__ import annotations
 
-import torch
+from typing import Any
 
-from craftrl.policies.base import Policy
+import torch
+from torch import nn
+
+from craftrl.policies.base import ActResult, Policy
 from craftrl.policies.state import tree_leaves, tree_map
+
+POLICY_EXPECTATION = "expected a torch.nn.Module subclass of craftrl.policies.Policy, see docs/policies.md"
+REQUIRED_MEMBERS = ("initial_state", "act", "pi_head", "value_head")
+LOG_PROB_TOLERANCE = 1e-2  # logsumexp of normalised log-probs is 0; float32 rounding stays far below this
+
+
+class PolicyContractError(ValueError):
+    """A policy broke the contract of docs/policies.md; the message is one line."""
+
+
+def _with_article(noun: str) -> str:
+    return f"{'an' if noun[:1].lower() in 'aeio' else 'a'} {noun}"  # "a uint8 ...", "an int64 ..."
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return _with_article(f"{str(value.dtype).replace('torch.', '')} tensor of shape {list(value.shape)}")
+    if isinstance(value, tuple):
+        return f"a tuple of {len(value)} items"
+    return _with_article(type(value).__name__)
+
+
+def check_policy_members(policy: Any) -> None:
+    """Raise unless ``policy`` is an ``nn.Module`` with the members rollout workers and the trainer call."""
+    if not isinstance(policy, nn.Module):
+        raise PolicyContractError(f"returned {_describe(policy)} ({POLICY_EXPECTATION})")
+    missing = [name for name in REQUIRED_MEMBERS if getattr(policy, name, None) is None]
+    if missing:
+        raise PolicyContractError(f"returned {type(policy).__name__}, which has no {', '.join(missing)} "
+                                  f"({POLICY_EXPECTATION})")
+
+
+def check_forward_outputs(outputs: Any, batch: int, time: int, num_actions: int | None = None) -> None:
+    """Raise unless ``policy(input=..., state_in=..., first=...)`` returned ``(latents, state_out)`` as documented.
+
+    ``num_actions``: when the env declares a discrete action space, a single-tensor ``pi_logits`` must
+    have that many classes in its last axis (a mismatch samples actions the env cannot take).
+    """
+    expected_bt = f"[B, T] = [{batch}, {time}]"
+    if not isinstance(outputs, tuple) or len(outputs) != 2:
+        raise PolicyContractError(f"forward() returned {_describe(outputs)} (expected a tuple (latents, state_out))")
+    latents, _ = outputs
+    if not isinstance(latents, dict):
+        raise PolicyContractError(f"forward() returned latents as {_describe(latents)} "
+                                  "(expected a dict with 'pi_logits' and 'vpred')")
+    for name in ("pi_logits", "vpred"):
+        if name not in latents:
+            keys = ", ".join(repr(key) for key in latents) or "none"
+            raise PolicyContractError(f"forward() returned latents without {name!r} (keys: {keys}; "
+                                      "expected 'pi_logits' and 'vpred')")
+    vpred = latents["vpred"]
+    if not isinstance(vpred, torch.Tensor) or not vpred.is_floating_point() or tuple(vpred.shape) != (batch, time):
+        raise PolicyContractError(f"forward() returned vpred as {_describe(vpred)} (expected a float tensor of "
+                                  f"shape {expected_bt})")
+    logits = latents["pi_logits"]
+    named = logits.items() if isinstance(logits, dict) else [("", logits)]
+    for key, leaf in named:
+        name = f"pi_logits[{key!r}]" if key else "pi_logits"
+        if not isinstance(leaf, torch.Tensor) or not leaf.is_floating_point() or leaf.ndim < 3 \
+                or tuple(leaf.shape[:2]) != (batch, time):
+            raise PolicyContractError(f"forward() returned {name} as {_describe(leaf)} (expected a float tensor "
+                                      f"of shape [B, T, ..., num_actions] with {expected_bt})")
+        if torch.isnan(leaf).any():
+            raise PolicyContractError(f"forward() returned {name} with NaN entries (expected log-probabilities)")
+        worst = float(torch.logsumexp(leaf.detach().float(), dim=-1).abs().max())
+        if worst > LOG_PROB_TOLERANCE:
+            raise PolicyContractError(f"forward() returned {name} that are not normalised log-probabilities "
+                                      f"(logsumexp over the last axis is off 0 by {worst:.3g}; expected the output "
+                                      "of log_softmax, as policy.pi_head gives)")
+    if num_actions is not None and isinstance(logits, torch.Tensor) and logits.shape[-1] != num_actions:
+        raise PolicyContractError(f"forward() returned pi_logits for {logits.shape[-1]} actions (expected "
+                                  f"{num_actions}, the env's action_space.n)")
+
+
+def check_act_result(result: Any, batch: int, time: int) -> None:
+    """Raise unless ``policy.act`` returned an ``ActResult`` whose ``logp`` and ``vpred`` are ``[B, T]``."""
+    if not isinstance(result, ActResult):
+        raise PolicyContractError(f"act() returned {_describe(result)} (expected a craftrl.policies.ActResult)")
+    for name in ("logp", "vpred"):
+        value = getattr(result, name)
+        if not isinstance(value, torch.Tensor) or tuple(value.shape) != (batch, time):
+            raise PolicyContractError(f"act() returned {name} as {_describe(value)} (expected shape "
+                                      f"[B, T] = [{batch}, {time}]; check pi_head.logprob and value_head)")
 
 
 def _slice_time(tree, t: int):

@@ -1,0 +1,419 @@
+"""Checks ``craftrl train`` runs before it creates a run directory or starts Ray.
+
+Why: once Ray is up, a broken generator, an env that returns the wrong observation or a policy with the wrong
+output shapes fails inside a Ray actor -- as a remote traceback, or as a worker that is restarted over and over
+-- minutes after the command was typed. Here the same mistakes are found in a few seconds and reported as one
+line each (a ``ConfigError``), naming the culprit and what was expected.
+
+What runs, in the order the real system runs it:
+
+1. the GPUs the config reserves are compared with the GPUs this machine has (local Ray only);
+2. an explicit ``train_config.resume`` path must hold a readable craftrl checkpoint;
+3. one env is built in a spawned process of its own session (as rollout workers build theirs: a game may hang
+   or leave children behind) and reset, under ``worker_config.reset_timeout``;
+4. meanwhile the driver builds the policy, then runs it on that first observation exactly as a rollout
+   worker does (batch 1, time 1, ``initial_state(1)``, ``first=True``) and checks the shapes of what it returns;
+5. the env takes one step with the action the policy sampled, under ``worker_config.step_timeout``;
+6. the resume checkpoint's weights must fit the policy.
+
+Steps 3-5 can be switched off with ``rollout_config.worker_config.preflight=false``, for a driver machine that
+cannot build the env (its game is installed only on the cluster's rollout nodes).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import pickle
+import signal
+import traceback
+import zipfile
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any, Callable
+
+from craftrl.config.validate import ConfigError
+from craftrl.envs.contract import ContractError, check_env_methods, check_reset_result, check_step_result
+
+ENV = "env_generator"
+POLICY = "policy_generator"
+CLOSE_WAIT_S = 5.0  # an env's close() gets this long before its process group is killed anyway
+
+
+def describe_exception(error: BaseException, with_location: bool = True) -> str:
+    """``ValueError: first line of the message (at file.py:12)``: one line that still says where it came from.
+
+    ``with_location=False`` drops the location where it would only name library internals (pickling, torch.load).
+    """
+    lines = [line for line in str(error).strip().splitlines() if line.strip()]
+    text = type(error).__name__ + (f": {lines[0].strip()}" if lines else "")
+    frames = traceback.extract_tb(error.__traceback__)
+    if frames and with_location:
+        text += f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})"
+    return text
+
+
+# ---------------------------------------------------------------------------------------------- entry points
+
+
+def preflight(loaded: Any) -> None:
+    """Run the checks that need no run directory (module docstring); raise ``ConfigError`` on the first failure.
+
+    ``loaded`` is a ``craftrl.config.loading.LoadedConfig``.
+    """
+    config = loaded.online
+    check_local_gpus(config)
+    resume = config.train_config.resume
+    checkpoint = check_resume_checkpoint(resume) if resume and resume != "latest" else None
+    if not config.rollout_config.worker_config.preflight:
+        return
+    worker = config.rollout_config.worker_config
+    with EnvProbe(loaded.env_generator, seed=config.seed, reset_timeout=worker.reset_timeout,
+                  step_timeout=worker.step_timeout) as env:
+        policy = build_policy(loaded.policy_generator)  # while the env process builds its env
+        check_picklable(POLICY, loaded.policy_generator, "Ray workers")
+        first = env.wait_for_reset()
+        action = probe_policy(policy, first.obs, first.num_actions)
+        env.step(action)
+    if checkpoint is not None:
+        check_checkpoint_fits(checkpoint, policy)
+
+
+def check_resume(resume: str | None, save_path: str | Path) -> Path | None:
+    """Resolve ``train_config.resume`` (``'latest'`` = newest checkpoint under ``save_path``) and check it is readable.
+
+    Returns the checkpoint directory, or None when not resuming.
+    """
+    if not resume:
+        return None
+    if resume == "latest":
+        from craftrl.train.checkpoint import list_checkpoints
+
+        found = list_checkpoints(save_path)
+        if not found:
+            raise ConfigError([f"train_config.resume=latest: no checkpoint under {save_path} (expected "
+                               "iter_NNNNNNNN/state.pt there; pass --resume CHECKPOINT_DIR to name one)"])
+        resume = str(found[-1][1])
+    return check_resume_checkpoint(resume).path
+
+
+# ---------------------------------------------------------------------------------------------- resources
+
+
+def check_local_gpus(config: Any) -> None:
+    """A local Ray cannot lend GPUs this machine lacks; an existing cluster is checked when Ray joins it."""
+    if config.ray_config.address:
+        return
+    from craftrl.ray_bootstrap import required_resources
+
+    need = required_resources(config)
+    if need.gpus <= 0:
+        return
+    try:
+        import torch
+
+        have = torch.cuda.device_count()
+    except Exception:  # a broken CUDA install counts as no GPU
+        have = 0
+    if need.gpus > have:
+        raise ConfigError([f"the config reserves {need.describe()}, but this machine has {have} GPU; "
+                           "set rollout_config.num_gpus_per_worker and train_config.num_gpus_per_worker to 0"])
+
+
+# ---------------------------------------------------------------------------------------------- checkpoints
+
+
+@dataclass
+class CheckpointSummary:
+    """What resume needs to know about a checkpoint without reading its tensors: where, and the weights' shapes."""
+
+    path: Path
+    model_shapes: dict[str, tuple[int, ...]]
+
+
+def check_resume_checkpoint(resume: str | Path) -> CheckpointSummary:
+    """Check that ``resume`` is a directory holding a readable craftrl ``state.pt``; raise ``ConfigError`` if not.
+
+    The file is memory-mapped, so even a multi-GB checkpoint is checked in milliseconds (tensors are not read).
+    """
+    from craftrl.train.checkpoint import STATE_FILE, list_checkpoints
+
+    where = "train_config.resume"
+    path = Path(resume).expanduser()
+    if not path.exists():
+        raise ConfigError([f"{where}: {resume} does not exist (expected a checkpoint directory holding {STATE_FILE}, "
+                           "or 'latest')"])
+    state_file = path / STATE_FILE if path.is_dir() else path
+    if not state_file.is_file():
+        nested = list_checkpoints(path) or list_checkpoints(path / "checkpoints")
+        hint = f"; did you mean {nested[-1][1]}?" if nested else ""
+        raise ConfigError([f"{where}: {resume} is not a checkpoint directory (expected it to hold {STATE_FILE}){hint}"])
+    payload = _read_checkpoint(state_file, where)
+    model = payload.get("model")
+    return CheckpointSummary(state_file.parent, {key: tuple(value.shape) for key, value in model.items()
+                                                 if hasattr(value, "shape")})
+
+
+def _read_checkpoint(state_file: Path, where: str) -> dict[str, Any]:
+    import torch
+
+    if not zipfile.is_zipfile(state_file):
+        raise ConfigError([f"{where}: {state_file} is unreadable (not a torch.save archive; truncated or corrupt?)"])
+    try:
+        payload = torch.load(state_file, map_location="cpu", mmap=True, weights_only=False)
+    except Exception as error:
+        reason = describe_exception(error, with_location=False)
+        raise ConfigError([f"{where}: {state_file} is unreadable ({reason})"]) from None
+    if not isinstance(payload, dict) or not isinstance(payload.get("model"), dict) or "training" not in payload:
+        raise ConfigError([f"{where}: {state_file} is not a craftrl checkpoint (expected a dict with 'model' and "
+                           "'training' entries, as craftrl train saves)"])
+    return payload
+
+
+def weight_mismatch(saved_shapes: dict[str, tuple[int, ...]], policy: Any) -> str | None:
+    """Why a strict ``load_state_dict`` of weights of these shapes into ``policy`` fails, in one line; None if fine.
+
+    torch's own error spans many lines and leads with the class name; the first differing shapes say more.
+    """
+    expected = {key: tuple(value.shape) for key, value in policy.state_dict().items()}
+    problems = [f"{key!r} is {list(saved_shapes[key])} in the checkpoint but {list(shape)} in the policy"
+                for key, shape in expected.items() if key in saved_shapes and saved_shapes[key] != shape]
+    problems += [f"unexpected {key!r}" for key in saved_shapes if key not in expected]
+    problems += [f"missing {key!r}" for key in expected if key not in saved_shapes]
+    if not problems:
+        return None
+    more = f" and {len(problems) - 3} more" if len(problems) > 3 else ""
+    return "; ".join(problems[:3]) + more
+
+
+def check_checkpoint_fits(checkpoint: CheckpointSummary, policy: Any) -> None:
+    """The trainer loads the weights strictly: names and shapes must match the policy's exactly."""
+    mismatch = weight_mismatch(checkpoint.model_shapes, policy)
+    if mismatch:
+        raise ConfigError([f"train_config.resume: the weights in {checkpoint.path} do not fit the policy from "
+                           f"{POLICY} ({mismatch})"])
+
+
+# ---------------------------------------------------------------------------------------------- generators
+
+
+def check_picklable(name: str, generator: Callable[[], Any], destination: str) -> bytes:
+    """Generators travel to other processes by (cloud)pickle; one that cannot be pickled fails there otherwise."""
+    import cloudpickle
+
+    try:
+        return cloudpickle.dumps(generator)
+    except Exception as error:
+        reason = describe_exception(error, with_location=False)
+        raise ConfigError([f"{name}: cannot be pickled to send it to {destination} ({reason}); "
+                           "expected a module-level function or a functools.partial of one"]) from None
+
+
+def build_policy(policy_generator: Callable[[], Any]) -> Any:
+    """Call the generator and check the result is a policy module; raise ``ConfigError`` otherwise."""
+    from craftrl.policies.checks import PolicyContractError, check_policy_members
+
+    try:
+        policy = policy_generator()
+    except Exception as error:
+        raise ConfigError([f"{POLICY} raised {describe_exception(error)}"]) from None
+    try:
+        check_policy_members(policy)
+    except PolicyContractError as error:
+        raise ConfigError([f"{POLICY}: {error}"]) from None
+    return policy
+
+
+def _call_policy(what: str, call: Callable[[], Any], context: str = "") -> Any:
+    try:
+        return call()
+    except Exception as error:
+        raise ConfigError([f"{POLICY}: {what} raised {describe_exception(error)}{context}"]) from None
+
+
+def describe_obs(obs: dict[str, Any]) -> str:
+    """``image uint8 [64, 64, 3], t int64 []``: what the policy was given, for error messages."""
+    import numpy as np
+
+    parts = []
+    for key, value in list(obs.items())[:6]:
+        array = np.asarray(value)
+        parts.append(f"{key} {array.dtype} {list(array.shape)}")
+    return ", ".join(parts)
+
+
+def probe_policy(policy: Any, obs: dict[str, Any], num_actions: int | None = None) -> Any:
+    """Run ``policy`` on one observation as a rollout worker does and check its outputs; return the sampled action.
+
+    Mirrors ``craftrl.rollout.worker.RolloutLoop._act``: ``obs_batch`` -> ``[1, 1, ...]`` tensors, the merged
+    ``initial_state(1)``, ``first`` = True, then ``act``; the forward call is also made on its own first, so that
+    a missing or misshapen output is named instead of failing inside ``act``.
+    """
+    import torch
+
+    from craftrl.policies.checks import PolicyContractError, check_act_result, check_forward_outputs
+    from craftrl.policies.state import merge_states, split_state
+    from craftrl.rollout.worker import action_rows, obs_batch
+
+    device = policy.device if hasattr(policy, "device") else torch.device("cpu")
+    policy.eval()
+    seen = f"; observation: {describe_obs(obs)}"
+    try:
+        batch = obs_batch([obs], device)
+    except Exception as error:
+        raise ConfigError([f"{ENV}: reset() returned an observation that cannot be batched into tensors "
+                           f"({describe_exception(error)}){seen}"]) from None
+    first = torch.ones(1, 1, dtype=torch.bool, device=device)
+    with torch.no_grad():
+        state = _call_policy("initial_state(1)", lambda: merge_states([policy.initial_state(1)]))
+        outputs = _call_policy("forward() on the env's first observation",
+                               lambda: policy(input=batch, state_in=state, first=first), seen)
+        try:
+            check_forward_outputs(outputs, 1, 1, num_actions)
+            result = _call_policy("act()", lambda: policy.act(batch, state, first), seen)
+            check_act_result(result, 1, 1)
+        except PolicyContractError as error:
+            raise ConfigError([f"{POLICY}: {error}"]) from None
+        _call_policy("split_state() of the state forward() returned", lambda: split_state(result.state_out, 1))
+        return _call_policy("action_rows() of the sampled action", lambda: action_rows(result.action, 1)[0])
+
+
+# ---------------------------------------------------------------------------------------------- the env process
+
+
+@dataclass
+class FirstObservation:
+    obs: dict[str, Any]
+    num_actions: int | None  # the env's action_space.n when it declares a discrete action space
+
+
+def _discrete_actions(env: Any) -> int | None:
+    """``action_space.n`` of a gymnasium-style ``Discrete`` space, else None (other spaces are not compared)."""
+    space = getattr(env, "action_space", None)
+    if type(space).__name__ != "Discrete":
+        return None
+    n = getattr(space, "n", None)
+    try:
+        return int(n)
+    except (TypeError, ValueError):
+        return None
+
+
+def _probe_env_main(conn: Connection, generator_bytes: bytes, seed: int) -> None:
+    """Body of the preflight env process: build, reset, report; then step once if asked; then close."""
+    os.setsid()  # its own process group, so that the parent can kill the env and everything it started
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    from craftrl.envs.env_process import _watch_parent
+
+    _watch_parent(os.getppid())
+    stage = "unpickle"
+    try:
+        generator = pickle.loads(generator_bytes)
+        stage = "build"
+        env = generator()
+        check_env_methods(env, ENV)
+        stage = "reset()"
+        result = env.reset(seed=seed)
+        check_reset_result(result, f"{ENV}: reset()")
+        conn.send(("reset", result[0], _discrete_actions(env)))
+        request = conn.recv()
+        if request[0] == "step":
+            stage = "step()"
+            check_step_result(env.step(request[1]), f"{ENV}: step()")
+            conn.send(("step",))
+            conn.recv()
+        stage = "close()"
+        env.close()
+    except ContractError as error:
+        conn.send(("contract", str(error)))
+    except EOFError:
+        pass  # the parent is gone or done
+    except BaseException as error:  # noqa: BLE001 - every failure is reported as one line to the parent
+        try:
+            conn.send(("raised", stage, describe_exception(error)))
+        except (OSError, ValueError, pickle.PicklingError):
+            pass
+
+
+class EnvProbe:
+    """The parent side: start the env process, wait for its answers under the configured timeouts, kill it."""
+
+    def __init__(self, env_generator: Callable[[], Any], *, seed: int, reset_timeout: float,
+                 step_timeout: float) -> None:
+        import time
+
+        generator_bytes = check_picklable(ENV, env_generator, "env processes")
+        self.reset_timeout, self.step_timeout = reset_timeout, step_timeout
+        context = multiprocessing.get_context("spawn")
+        self.conn, child_conn = context.Pipe(duplex=True)
+        self.process = context.Process(target=_probe_env_main, args=(child_conn, generator_bytes, seed),
+                                       name="craftrl-preflight-env", daemon=False)
+        self.idle = False  # True while the env process waits for a request (so it can close itself)
+        self.started = time.monotonic()
+        self.process.start()
+        child_conn.close()  # so that the child's death reads as EOF here
+
+    def __enter__(self) -> "EnvProbe":
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    def wait_for_reset(self) -> FirstObservation:
+        import time
+
+        remaining = self.reset_timeout - (time.monotonic() - self.started)
+        reply = self._receive("building and resetting the env", remaining, "reset_timeout", self.reset_timeout)
+        return FirstObservation(obs=reply[1], num_actions=reply[2])
+
+    def step(self, action: Any) -> None:
+        try:
+            self.conn.send(("step", action))
+        except (OSError, ValueError) as error:
+            raise ConfigError([f"{ENV}: the env process stopped before step() ({describe_exception(error)})"]) from None
+        self._receive(f"step({action!r:.60})", self.step_timeout, "step_timeout", self.step_timeout)
+
+    def _receive(self, what: str, timeout: float, timeout_key: str, configured: float) -> tuple:
+        self.idle = False
+        if not self.conn.poll(max(timeout, 0.0)):
+            raise ConfigError([f"{ENV}: {what} took longer than rollout_config.worker_config.{timeout_key} "
+                               f"({configured:g} s); expected it to finish (a hang?), or raise {timeout_key}"])
+        try:
+            reply = self.conn.recv()
+        except (EOFError, OSError):
+            self.process.join(timeout=5.0)
+            raise ConfigError([f"{ENV}: the env process died during {what} (exit code {self.process.exitcode}); "
+                               "expected it to stay alive"]) from None
+        if reply[0] == "contract":
+            raise ConfigError([reply[1]])
+        if reply[0] == "raised":
+            stage, error = reply[1], reply[2]
+            if stage == "unpickle":
+                raise ConfigError([f"{ENV}: cannot be rebuilt in an env process ({error}); expected a generator "
+                                   "importable there"])
+            if stage == "build":
+                raise ConfigError([f"{ENV} raised {error}"])
+            raise ConfigError([f"{ENV}: {stage} raised {error}"])
+        self.idle = True
+        return reply
+
+    def close(self) -> None:
+        """Let the env close itself briefly, then kill its whole process group regardless."""
+        if self.idle:
+            try:
+                self.conn.send(("close",))
+                self.process.join(timeout=CLOSE_WAIT_S)
+            except (OSError, ValueError):
+                pass
+        if self.process.pid is not None:
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                if self.process.exitcode is None:
+                    try:
+                        os.kill(self.process.pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+        self.process.join(timeout=5.0)
+        self.conn.close()
