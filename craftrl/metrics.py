@@ -34,8 +34,14 @@ def _numeric(metrics: Mapping[str, Any]) -> dict[str, float]:
 
 
 class JsonlSink:
+    """Appends one JSON object per line; a resumed run appends to the metrics of the run it continues."""
+
     def __init__(self, path: Path):
+        path = Path(path)
+        cut_line = path.is_file() and path.stat().st_size > 0 and _last_byte(path) != b"\n"
         self._file = open(path, "a", buffering=1)  # line-buffered: a crash loses at most one line
+        if cut_line:  # a killed run's last line: end it, or our first record would be glued onto it
+            self._file.write("\n")
 
     def write(self, metrics: Mapping[str, Any], step: int, wall_time: float) -> None:
         record = {"step": step, "time": wall_time}
@@ -44,6 +50,12 @@ class JsonlSink:
 
     def close(self) -> None:
         self._file.close()
+
+
+def _last_byte(path: Path) -> bytes:
+    with open(path, "rb") as file:
+        file.seek(-1, os.SEEK_END)
+        return file.read(1)
 
 
 def _jsonable(value: Any) -> Any:

@@ -122,7 +122,9 @@ def ray_init(config: OnlineConfig | None = None, address: str | None = None, *,
             f"the config reserves {need.describe()}, but this machine has {detected_gpus} GPU; "
             "set rollout_config.num_gpus_per_worker and train_config.num_gpus_per_worker to 0")
     memory_mb = config.ray_config.object_store_memory_mb
-    options = {"num_cpus": local_cpu_count(config, machine_cpus), "num_gpus": detected_gpus,
+    # address="local": a plain ray.init() would join any cluster /tmp/ray/ray_current_cluster names (one a
+    # `ray start` or another test left), and then refuse num_cpus with a traceback.
+    options = {"address": "local", "num_cpus": local_cpu_count(config, machine_cpus), "num_gpus": detected_gpus,
                "include_dashboard": dashboard, "namespace": "craftrl",
                "object_store_memory": memory_mb * (1 << 20) if memory_mb else None,
                # one machine plays every node: it declares the custom resources the config places by

@@ -25,7 +25,7 @@ def ray_session():
         if path.startswith(tests_dir) and module.__name__ != __name__:
             ray.cloudpickle.register_pickle_by_value(module)
     if not ray.is_initialized():
-        ray.init(num_cpus=4, include_dashboard=False, object_store_memory=1 << 30,
+        ray.init(address="local", num_cpus=4, include_dashboard=False, object_store_memory=1 << 30,
                  namespace="craftrl-tests", log_to_driver=False)
     yield ray
     ray.shutdown()

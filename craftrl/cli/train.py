@@ -1,13 +1,20 @@
-"""``craftrl train``: run directory, Ray, metrics, rollout side, trainer -- in that order."""
+"""``craftrl train``: resume target, preflight, run directory, Ray, metrics, rollout side, trainer -- in that order."""
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import sys
 
+from craftrl.cli.preflight import check_resume, preflight
 from craftrl.config.loading import LoadedConfig
+from craftrl.config.schema import OnlineConfig
 from craftrl.ray_bootstrap import ClusterResourceError, ray_init
-from craftrl.run_dir import RunDirectory
+from craftrl.rollout.start import format_accounting
+from craftrl.run_dir import ResumeTarget, RunDirectory, find_resume_target
+from craftrl.train.trainer import RolloutFailedError
+
+EXIT_RUN_FAILED = 1  # the run started but could not go on (bad input is 2, an interrupted run 130)
 
 
 def train_command(loaded: LoadedConfig) -> int:
@@ -20,10 +27,22 @@ def train_command(loaded: LoadedConfig) -> int:
     from craftrl.train.trainer import stop_on_sigterm
 
     config = loaded.online
-    run_dir = RunDirectory.create(config.output_root, config.logger_config.name)
+    resume = _resume_target(config)  # before the preflight: it turns 'latest' or a run directory into a checkpoint
+    if resume is not None:
+        config = _with_resume_checkpoint(config, resume)
+        loaded = dataclasses.replace(loaded, online=config)
+    preflight(loaded)  # env, policy, GPUs and an explicit resume path, before anything is created or started
+    if resume is not None and resume.run_dir is not None:
+        run_dir = resume.run_dir  # continue that run: metrics appended, same checkpoints/ and videos/
+    else:
+        run_dir = RunDirectory.create(config.output_root, config.logger_config.name)
     config = run_dir.resolve_config_paths(config)
-    run_dir.save_config(config, loaded.source_text, loaded.origin)
+    check_resume(config.train_config.resume, config.train_config.save_path)  # 'latest' needs the resolved save_path
+    run_dir.save_config(config, loaded.source_text, loaded.origin,
+                        previous_until_iteration=resume.iteration if resume and resume.run_dir else None)
     print(f"craftrl: run directory {run_dir.root}", flush=True)
+    if resume is not None:
+        print(f"craftrl: resuming from {resume.checkpoint}", flush=True)
     try:
         ray_init(config)
     except ClusterResourceError as error:
@@ -31,6 +50,8 @@ def train_command(loaded: LoadedConfig) -> int:
         return EXIT_BAD_INPUT
     sink = None
     interrupted = False
+    rollout_failure = None
+    accounting = None
     stop_on_sigterm()
     try:
         sink = api.start_metrics_sink(str(run_dir.root), config)
@@ -40,15 +61,25 @@ def train_command(loaded: LoadedConfig) -> int:
     except KeyboardInterrupt:
         interrupted = True
         print("craftrl: interrupted; stopping rollout workers and env processes", file=sys.stderr, flush=True)
+    except Exception as error:
+        rollout_failure = _rollout_failure(error)
+        if rollout_failure is None:
+            raise
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         if ray.is_initialized():
-            stop_rollout_system()  # detached actors would otherwise outlive the run on a cluster
+            accounting = stop_rollout_system()  # detached actors would otherwise outlive the run on a cluster
             if sink is not None:
                 ray.get(sink.close.remote())
         ray.shutdown()
     checkpoints = list_checkpoints(config.train_config.save_path)
-    print(f"craftrl: {'stopped' if interrupted else 'done'}. run directory: {run_dir.root}")
+    if rollout_failure is not None:
+        print(f"craftrl: error: rollout: {rollout_failure} (worker logs: {run_dir.root / 'logs'} and "
+              "/tmp/ray/session_latest/logs)", file=sys.stderr)
+    print(f"craftrl: {'stopped' if interrupted else 'failed' if rollout_failure else 'done'}. "
+          f"run directory: {run_dir.root}")
+    if accounting:
+        print(f"craftrl:   fragments: {format_accounting(accounting)}")
     try:
         from craftrl.cli.plot import plot_runs
 
@@ -59,4 +90,40 @@ def train_command(loaded: LoadedConfig) -> int:
     if checkpoints:
         print(f"craftrl:   latest checkpoint: {checkpoints[-1][1]}")
     print(f"craftrl:   videos: {config.rollout_config.worker_config.video_output_dir}")
+    if rollout_failure is not None:
+        return EXIT_RUN_FAILED
     return EXIT_INTERRUPTED if interrupted else 0
+
+
+def _rollout_failure(error: BaseException) -> str | None:
+    """The rollout side's one-line reason when ``error`` is the trainer giving up on it, else None.
+
+    Ray Train may wrap the trainer's exception, so both the exception chain and its text are searched.
+    """
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, RolloutFailedError):
+            return str(seen)
+        seen = seen.__cause__ or seen.__context__
+    text = str(error)
+    marker = f"{RolloutFailedError.__name__}: "
+    if marker in text:
+        return text.split(marker, 1)[1].strip().splitlines()[0]
+    return None
+
+
+def _resume_target(config: OnlineConfig) -> ResumeTarget | None:
+    """The checkpoint and run directory ``train_config.resume`` names; raises ``ConfigError`` if there is none."""
+    resume = config.train_config.resume
+    if not resume:
+        return None
+    return find_resume_target(resume, config.output_root, config.logger_config.name, config.train_config.save_path)
+
+
+def _with_resume_checkpoint(config: OnlineConfig, resume: ResumeTarget) -> OnlineConfig:
+    """``config`` with ``train_config.resume`` pinned to the resolved checkpoint directory (absolute).
+
+    The trainer would otherwise resolve 'latest' again, against the save_path of the run directory it writes to.
+    """
+    train = dataclasses.replace(config.train_config, resume=str(resume.checkpoint))
+    return dataclasses.replace(config, train_config=train)

@@ -33,7 +33,7 @@ logger = logging.getLogger(__name__)
 METRICS_NAME = "metrics"
 KEEP_LAST_CHECKPOINTS = 3
 DATA_TIMEOUT_S = 600.0  # how long the trainer waits for fresh chunks before giving up
-DATA_CHECK_S = 15.0  # while waiting, how often it asks the rollout manager whether any worker can still run
+DATA_CHECK_S = 5.0  # while waiting, how often it asks the rollout manager whether any worker can still run
 
 
 class RolloutFailedError(RuntimeError):
@@ -111,6 +111,9 @@ class _Run:
         sink = _named(METRICS_NAME)
         self.metrics = MetricsClient(sink) if sink is not None and self.rank == 0 else None
         self.started = time.monotonic()
+        # A resumed run's counters continue from the checkpoint: the new rollout side counts from 0.
+        self.env_steps_before = self.state.env_steps
+        self.elapsed_before = float(self.state.extra.get("elapsed_s", 0.0))
 
     def _maybe_resume(self, policy: torch.nn.Module, reference: torch.nn.Module | None) -> bool:
         self._payload: dict[str, Any] = {}
@@ -189,10 +192,13 @@ class _Run:
                 extra.update(result)
         except Exception as error:  # statistics are nice to have; training goes on
             logger.warning("collecting rollout statistics failed: %s", error)
-        self.state.env_steps = int(extra.get("rollout/env_steps", self.state.env_steps))
+        if "rollout/env_steps" in extra:
+            self.state.env_steps = self.env_steps_before + int(extra["rollout/env_steps"])
+            extra["rollout/env_steps"] = float(self.state.env_steps)
+        self.state.extra["elapsed_s"] = self.elapsed_before + time.monotonic() - self.started
         metrics = {**metrics, **extra, "train/iteration": float(self.state.iteration),
                    "train/version": float(self.state.version), "train/trained_samples": float(self.state.trained_samples),
-                   "train/elapsed_s": time.monotonic() - self.started}
+                   "train/elapsed_s": self.state.extra["elapsed_s"]}
         self.metrics.log(metrics, step=self.state.trained_samples)
 
     def checkpoint(self, final: bool = False) -> None:
