@@ -193,7 +193,8 @@ class RolloutManager:
         self.health_interval = health_interval
         self.workers: list[Any] = []
         self.recreated = 0
-        self.unsent_by_replaced = 0.0
+        self.unsent_by_replaced = 0.0  # cut but not sent by workers that died (estimated from their last status)
+        self.dropped_by_replaced = 0.0  # cut but not delivered by broken workers stopped before replacement
         self.latest_weights: tuple[int, list[Any]] | None = None
         self.last_status: list[dict[str, Any]] = []
         self.missed: dict[int, int] = {}
@@ -311,7 +312,8 @@ class RolloutManager:
         self.workers = []
         keys = ("fragments_emitted", "fragments_sent", "env_steps", "restarts")
         totals = {key: self.retired[key] + sum(float(f.get(key, 0.0)) for f in finals) for key in keys}
-        totals["fragments_dropped"] = float(sum(f.get("fragments_dropped", 0) for f in finals))
+        totals["fragments_dropped"] = self.dropped_by_replaced + float(sum(f.get("fragments_dropped", 0)
+                                                                           for f in finals))
         totals["fragments_unsent_by_replaced_workers"] = self.unsent_by_replaced
         totals["workers_recreated"] = float(self.recreated)
         totals["workers_stopped_uncleanly"] = float(len(unclean))
@@ -358,23 +360,35 @@ class RolloutManager:
                                      "up on it: %s", index, MAX_FAILED_STARTS, status.get("error"))
                         continue
                     logger.warning("rollout worker %d is broken (%s); recreating it", index, status.get("error"))
-                    self._replace(index, worker, statuses[index])
+                    self._replace(index, worker, status if "fragments_emitted" in status else statuses[index])
                     statuses[index] = {}
                     continue
                 statuses[index] = status
             self.last_status = statuses
 
     def _replace(self, index: int, worker: Any, last_status: dict[str, Any]) -> None:
+        """Retire ``worker`` and start a new one in its slot, keeping the run's counters whole.
+
+        A broken worker whose process still answers is stopped first: it delivers what it already cut and
+        its final counters are exact. Only a dead one is counted from its last status, and what it had cut
+        but not sent then is booked as ``unsent_by_replaced``.
+        """
         import ray
 
+        try:
+            final = ray.get(worker.stop.remote(drain_timeout=10.0), timeout=30)
+            dropped = float(final.get("fragments_dropped", 0))
+            self.dropped_by_replaced += dropped
+        except Exception:
+            final = last_status
+            dropped = max(0.0, float(final.get("fragments_emitted", 0)) - float(final.get("fragments_sent", 0)))
+            self.unsent_by_replaced += dropped
         try:
             ray.kill(worker, no_restart=True)
         except Exception:
             pass
         with self._lock:
             for key in CUMULATIVE_KEYS:
-                self.retired[key] += float(last_status.get(key, 0.0))
-            self.unsent_by_replaced += max(0.0, float(last_status.get("fragments_emitted", 0))
-                                           - float(last_status.get("fragments_sent", 0)))
+                self.retired[key] += float(final.get(key, 0.0))
             self.recreated += 1
             self.workers[index] = self._create_worker(index)

@@ -10,6 +10,8 @@ import functools
 import os
 import random
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -137,11 +139,13 @@ def test_env_faults_and_a_killed_replay_buffer_lose_and_double_count_nothing(ray
     status, accounting = train_with_faults(ray, config, flaky_env, [env_killer, replay_killer],
                                            tmp_path / "ray_train")
 
+    print("status", status, "accounting", accounting)  # shown when an assertion fails
     assert env_killer.done >= 3 and replay_kills, "the faults were not injected"
-    # Every kind of env failure was met and survived: SIGKILLs and scripted exits, hangs, raises.
-    assert status["rollout/env_restarts"] >= env_killer.done
+    # Env failures of every kind were met and survived (SIGKILLs, scripted exits, hangs, raises). Not every
+    # SIGKILL becomes a restart: a kill that lands while a broken worker is being stopped needs none.
+    assert status["rollout/env_restarts"] >= 3
     # Exact accounting: the workers stopped cleanly, so everything they cut reached the buffer.
-    assert accounting["rollout/fragments_emitted"] == accounting["rollout/fragments_sent"] > 0
+    assert accounting["rollout/fragments_emitted"] == accounting["rollout/fragments_sent"] > 0, (status, accounting)
     assert accounting["rollout/fragments_dropped"] == 0 and accounting["rollout/workers_stopped_uncleanly"] == 0
     assert accounting["replay/added"] == accounting["rollout/fragments_sent"]
     assert accounting["replay/unaccounted"] == 0
@@ -177,11 +181,32 @@ def test_a_killed_rollout_worker_is_recreated_and_training_goes_on(ray_session, 
     assert accounting["replay/added"] >= accounting["rollout/fragments_sent"]
 
 
-def test_workers_that_can_never_run_stop_the_run_with_their_error(ray_session, tmp_path):
-    """An env that always fails to reset: workers are recreated a few times, then the trainer stops with why."""
-    config = fault_config(tmp_path, num_iterations=3)
-    broken = functools.partial(ScriptedEnv, fail_in="reset", fail_mode="raise", fail_at=1)
+BROKEN_ENV_CONFIG = """
+import functools
+from craftrl.envs.testing import ScriptedEnv
+from tiny import policy_generator, online_dict
+
+env_generator = functools.partial(ScriptedEnv, fail_in="reset", fail_mode="raise", fail_at=1)
+"""
+
+
+def test_workers_that_can_never_run_stop_the_run_with_one_line(tmp_path):
+    """An env that always fails to reset (preflight off, as for an env the driver cannot build): workers are
+    recreated a few times, then the run stops with their error in one line and exit code 1."""
+    fixtures = Path(__file__).resolve().parents[1] / "config_fixtures"
+    config = tmp_path / "broken_env.py"
+    config.write_text(BROKEN_ENV_CONFIG)
     started = time.monotonic()
-    with pytest.raises(Exception, match="every rollout worker failed 3 times in a row.*scripted failure in reset"):
-        train_with_faults(ray_session, config, broken, [], tmp_path / "ray_train")
+    result = subprocess.run(
+        [sys.executable, "-m", "craftrl.cli.main", "train", str(config), f"output_root={tmp_path / 'runs'}",
+         "rollout_config.worker_config.preflight=false", "train_config.num_iterations=3"],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONPATH": f"{fixtures}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"})
+    errors = [line for line in result.stderr.splitlines() if line.startswith("craftrl: error:")]
+    assert result.returncode == 1, result.stderr[-3000:]
+    # Worker processes' logs (env tracebacks among them) are forwarded to the console; the CLI adds none.
+    assert not [line for line in result.stderr.splitlines() if line.startswith("Traceback")], result.stderr[-3000:]
+    assert len(errors) == 1 and "every rollout worker failed 3 times in a row" in errors[0]
+    assert "scripted failure in reset" in errors[0]
+    assert "fragments: emitted 0 = sent 0" in result.stdout
     assert time.monotonic() - started < 120
