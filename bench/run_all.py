@@ -8,6 +8,7 @@ concatenates the sections under a header with the machine and date.
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import os
 import subprocess
@@ -21,14 +22,21 @@ SCRIPTS = [["env_throughput.py"], ["policy_inference.py"], ["replay_bytes.py"],
            ["sampler.py", "--policy", "counting"], ["sampler.py"],
            # learning runs: about 5 minutes and then 3 x 20 minutes
            ["cartpole_steps.py", "--seeds", "0", "1", "2", "--write-results"],
-           ["time_to_cows.py", "--minutes", "20", "--seeds", "0", "1", "2", "--write-results"]]
+           ["time_to_cows.py", "--minutes", "20", "--seeds", "0", "1", "2", "--write-results"],
+           # LONG, ~2 h 10 min: craftrl, SB3 PPO and RLlib PPO, 2 seeds x 20 minutes each, one at a time
+           # (needs the bench extra: pip install -e '.[bench]'); skipped by --skip-long
+           ["peers.py", "--minutes", "20", "--seeds", "0", "1", "--write-results"]]
+LONG = {"peers.py"}
 
 
 def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--skip-long", action="store_true", help=f"skip the benchmarks that take hours: {sorted(LONG)}")
+    args = parser.parse_args()
     headlines, failures = [], []
     for script, *arguments in SCRIPTS:
         path = BENCH / script
-        if not path.exists():
+        if not path.exists() or (args.skip_long and script in LONG):
             continue
         print(f"== {script} {' '.join(arguments)}", flush=True)
         result = subprocess.run([sys.executable, str(path), *arguments], cwd=ROOT, capture_output=True, text=True)
@@ -38,12 +46,22 @@ def main() -> int:
             failures.append(script)
             sys.stderr.write(result.stderr[-4000:])
             continue
-        headlines.append(f"- `{' '.join([script, *arguments])}`: {lines[-1]}")
+        headlines.append(f"- `{' '.join([script, *arguments])}`: {'; '.join(trailing_headlines(lines))}")
     write_benchmarks_md(headlines)
     if failures:
         print(f"benchmarks failed: {', '.join(failures)}", file=sys.stderr)
         return 1
     return 0
+
+
+def trailing_headlines(lines: list[str]) -> list[str]:
+    """The headline lines a script ends with (peers.py ends with two, P2 then P3), in printed order."""
+    found = []
+    for line in reversed(lines):
+        if not (line.startswith("P") and line[1:2].isdigit()):
+            break
+        found.append(line)
+    return found[::-1]
 
 
 def write_benchmarks_md(headlines: list[str]) -> None:
