@@ -19,6 +19,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from craftrl.utils.describe import describe_value
+
 Obs = dict[str, Any]
 Info = dict[str, Any]
 
@@ -43,38 +45,25 @@ STEP_EXPECTATION = "expected a tuple (obs, reward, terminated, truncated, info)"
 REQUIRED_METHODS = ("reset", "step", "close")
 
 
-def _with_article(noun: str) -> str:
-    return f"{'an' if noun[:1].lower() in 'aeio' else 'a'} {noun}"  # "a uint8 ...", "an int64 ..."
-
-
-def _describe(value: Any) -> str:
-    """A short description of a returned value for error messages (never its whole repr)."""
-    if isinstance(value, np.ndarray):
-        return _with_article(f"{value.dtype} array of shape {list(value.shape)}")
-    if isinstance(value, tuple):
-        return f"a tuple of {len(value)} items"
-    return _with_article(type(value).__name__)
-
-
 def check_env_methods(env: Any, where: str = "env_generator") -> None:
     """Raise ``ContractError`` unless ``env`` has the methods rollout workers call (``render`` is optional)."""
     missing = [name for name in REQUIRED_METHODS if not callable(getattr(env, name, None))]
     if missing:
-        raise ContractError(f"{where}: returned {_describe(env)} without {', '.join(m + '()' for m in missing)} "
+        raise ContractError(f"{where}: returned {describe_value(env)} without {', '.join(m + '()' for m in missing)} "
                             "(expected an env with reset/step/render/close, see docs/envs.md)")
 
 
 def check_obs(obs: Any, where: str) -> None:
     """Raise ``ContractError`` unless ``obs`` is a dict with a uint8 ``[H, W, 3]`` ``"image"``."""
     if not isinstance(obs, dict):
-        raise ContractError(f"{where} returned an observation that is {_describe(obs)} ({IMAGE_EXPECTATION})")
+        raise ContractError(f"{where} returned an observation that is {describe_value(obs)} ({IMAGE_EXPECTATION})")
     if "image" not in obs:
         keys = ", ".join(repr(key) for key in list(obs)[:8]) or "none"
         raise ContractError(f"{where} returned an observation without key 'image' (keys: {keys}; "
                             f"{IMAGE_EXPECTATION})")
     image = obs["image"]
     if not isinstance(image, np.ndarray) or image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:
-        raise ContractError(f"{where} returned obs['image'] as {_describe(image)} ({IMAGE_EXPECTATION})")
+        raise ContractError(f"{where} returned obs['image'] as {describe_value(image)} ({IMAGE_EXPECTATION})")
 
 
 def check_step_result(result: Any, where: str = "step") -> None:
@@ -82,27 +71,27 @@ def check_step_result(result: Any, where: str = "step") -> None:
     if not isinstance(result, tuple) or len(result) != 5:
         old_gym = isinstance(result, tuple) and len(result) == 4
         hint = "; the old gym API returns (obs, reward, done, info)" if old_gym else ""
-        raise ContractError(f"{where} returned {_describe(result)} ({STEP_EXPECTATION}{hint})")
+        raise ContractError(f"{where} returned {describe_value(result)} ({STEP_EXPECTATION}{hint})")
     obs, reward, terminated, truncated, info = result
     check_obs(obs, where)
     if not isinstance(reward, (int, float, np.integer, np.floating)):
-        raise ContractError(f"{where} returned a reward that is {_describe(reward)} (expected a scalar number)")
+        raise ContractError(f"{where} returned a reward that is {describe_value(reward)} (expected a scalar number)")
     for name, flag in (("terminated", terminated), ("truncated", truncated)):
         if not isinstance(flag, (bool, np.bool_)):
-            raise ContractError(f"{where} returned {name} as {_describe(flag)} (expected a bool)")
+            raise ContractError(f"{where} returned {name} as {describe_value(flag)} (expected a bool)")
     if terminated and truncated:
         raise ContractError(f"{where} returned terminated=True and truncated=True (expected at most one: "
                             "a step is never both)")
     if not isinstance(info, dict):
-        raise ContractError(f"{where} returned info as {_describe(info)} (expected a dict)")
+        raise ContractError(f"{where} returned info as {describe_value(info)} (expected a dict)")
 
 
 def check_reset_result(result: Any, where: str = "reset") -> None:
     """Raise ``ContractError`` unless ``result`` is a valid ``(obs, info)`` pair from ``reset``."""
     if not isinstance(result, tuple) or len(result) != 2:
         hint = "; the old gym API returns only obs" if isinstance(result, dict) else ""
-        raise ContractError(f"{where} returned {_describe(result)} (expected a tuple (obs, info){hint})")
+        raise ContractError(f"{where} returned {describe_value(result)} (expected a tuple (obs, info){hint})")
     obs, info = result
     check_obs(obs, where)
     if not isinstance(info, dict):
-        raise ContractError(f"{where} returned info as {_describe(info)} (expected a dict)")
+        raise ContractError(f"{where} returned info as {describe_value(info)} (expected a dict)")

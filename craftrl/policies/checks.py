@@ -19,6 +19,7 @@ from torch import nn
 
 from craftrl.policies.base import ActResult, Policy
 from craftrl.policies.state import tree_leaves, tree_map
+from craftrl.utils.describe import describe_value
 
 POLICY_EXPECTATION = "expected a torch.nn.Module subclass of craftrl.policies.Policy, see docs/policies.md"
 REQUIRED_MEMBERS = ("initial_state", "act", "pi_head", "value_head")
@@ -29,22 +30,10 @@ class PolicyContractError(ValueError):
     """A policy broke the contract of docs/policies.md; the message is one line."""
 
 
-def _with_article(noun: str) -> str:
-    return f"{'an' if noun[:1].lower() in 'aeio' else 'a'} {noun}"  # "a uint8 ...", "an int64 ..."
-
-
-def _describe(value: Any) -> str:
-    if isinstance(value, torch.Tensor):
-        return _with_article(f"{str(value.dtype).replace('torch.', '')} tensor of shape {list(value.shape)}")
-    if isinstance(value, tuple):
-        return f"a tuple of {len(value)} items"
-    return _with_article(type(value).__name__)
-
-
 def check_policy_members(policy: Any) -> None:
     """Raise unless ``policy`` is an ``nn.Module`` with the members rollout workers and the trainer call."""
     if not isinstance(policy, nn.Module):
-        raise PolicyContractError(f"returned {_describe(policy)} ({POLICY_EXPECTATION})")
+        raise PolicyContractError(f"returned {describe_value(policy)} ({POLICY_EXPECTATION})")
     missing = [name for name in REQUIRED_MEMBERS if getattr(policy, name, None) is None]
     if missing:
         raise PolicyContractError(f"returned {type(policy).__name__}, which has no {', '.join(missing)} "
@@ -59,10 +48,10 @@ def check_forward_outputs(outputs: Any, batch: int, time: int, num_actions: int 
     """
     expected_bt = f"[B, T] = [{batch}, {time}]"
     if not isinstance(outputs, tuple) or len(outputs) != 2:
-        raise PolicyContractError(f"forward() returned {_describe(outputs)} (expected a tuple (latents, state_out))")
+        raise PolicyContractError(f"forward() returned {describe_value(outputs)} (expected a tuple (latents, state_out))")
     latents, _ = outputs
     if not isinstance(latents, dict):
-        raise PolicyContractError(f"forward() returned latents as {_describe(latents)} "
+        raise PolicyContractError(f"forward() returned latents as {describe_value(latents)} "
                                   "(expected a dict with 'pi_logits' and 'vpred')")
     for name in ("pi_logits", "vpred"):
         if name not in latents:
@@ -71,7 +60,7 @@ def check_forward_outputs(outputs: Any, batch: int, time: int, num_actions: int 
                                       "expected 'pi_logits' and 'vpred')")
     vpred = latents["vpred"]
     if not isinstance(vpred, torch.Tensor) or not vpred.is_floating_point() or tuple(vpred.shape) != (batch, time):
-        raise PolicyContractError(f"forward() returned vpred as {_describe(vpred)} (expected a float tensor of "
+        raise PolicyContractError(f"forward() returned vpred as {describe_value(vpred)} (expected a float tensor of "
                                   f"shape {expected_bt})")
     logits = latents["pi_logits"]
     named = logits.items() if isinstance(logits, dict) else [("", logits)]
@@ -79,7 +68,7 @@ def check_forward_outputs(outputs: Any, batch: int, time: int, num_actions: int 
         name = f"pi_logits[{key!r}]" if key else "pi_logits"
         if not isinstance(leaf, torch.Tensor) or not leaf.is_floating_point() or leaf.ndim < 3 \
                 or tuple(leaf.shape[:2]) != (batch, time):
-            raise PolicyContractError(f"forward() returned {name} as {_describe(leaf)} (expected a float tensor "
+            raise PolicyContractError(f"forward() returned {name} as {describe_value(leaf)} (expected a float tensor "
                                       f"of shape [B, T, ..., num_actions] with {expected_bt})")
         if torch.isnan(leaf).any():
             raise PolicyContractError(f"forward() returned {name} with NaN entries (expected log-probabilities)")
@@ -96,11 +85,11 @@ def check_forward_outputs(outputs: Any, batch: int, time: int, num_actions: int 
 def check_act_result(result: Any, batch: int, time: int) -> None:
     """Raise unless ``policy.act`` returned an ``ActResult`` whose ``logp`` and ``vpred`` are ``[B, T]``."""
     if not isinstance(result, ActResult):
-        raise PolicyContractError(f"act() returned {_describe(result)} (expected a craftrl.policies.ActResult)")
+        raise PolicyContractError(f"act() returned {describe_value(result)} (expected a craftrl.policies.ActResult)")
     for name in ("logp", "vpred"):
         value = getattr(result, name)
         if not isinstance(value, torch.Tensor) or tuple(value.shape) != (batch, time):
-            raise PolicyContractError(f"act() returned {name} as {_describe(value)} (expected shape "
+            raise PolicyContractError(f"act() returned {name} as {describe_value(value)} (expected shape "
                                       f"[B, T] = [{batch}, {time}]; check pi_head.logprob and value_head)")
 
 
