@@ -293,6 +293,9 @@ class RolloutManager:
         if self._monitor is not None:
             self._monitor.join(timeout=30)  # no replacement may start while the workers are being stopped
         workers, statuses = self._workers_and_statuses()
+        # Slots given up on were retired (counted) already; their dead workers have nothing left to say.
+        workers = [w for i, w in enumerate(workers) if i not in self.given_up]
+        statuses = [s for i, s in enumerate(statuses) if i not in self.given_up]
         refs = [worker.stop.remote() for worker in workers]
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
         finals, unclean = [], []
@@ -317,7 +320,6 @@ class RolloutManager:
         totals["fragments_unsent_by_replaced_workers"] = self.unsent_by_replaced
         totals["workers_recreated"] = float(self.recreated)
         totals["workers_stopped_uncleanly"] = float(len(unclean))
-        self.stop_errors = unclean
         return totals
 
     # ------------------------------------------------------------------ internals
@@ -358,6 +360,8 @@ class RolloutManager:
                         self.given_up[index] = str(status.get("error"))
                         logger.error("rollout worker %d failed %d times in a row before producing anything; giving "
                                      "up on it: %s", index, MAX_FAILED_STARTS, status.get("error"))
+                        self._retire(worker, status if "fragments_emitted" in status else statuses[index])
+                        statuses[index] = {}
                         continue
                     logger.warning("rollout worker %d is broken (%s); recreating it", index, status.get("error"))
                     self._replace(index, worker, status if "fragments_emitted" in status else statuses[index])
@@ -373,16 +377,22 @@ class RolloutManager:
         its final counters are exact. Only a dead one is counted from its last status, and what it had cut
         but not sent then is booked as ``unsent_by_replaced``.
         """
+        self._retire(worker, last_status)
+        with self._lock:
+            self.recreated += 1
+            self.workers[index] = self._create_worker(index)
+
+    def _retire(self, worker: Any, last_status: dict[str, Any]) -> None:
+        """Stop (or count from ``last_status`` when it is dead) and kill ``worker``, adding its counters to the run's."""
         import ray
 
         try:
             final = ray.get(worker.stop.remote(drain_timeout=10.0), timeout=30)
-            dropped = float(final.get("fragments_dropped", 0))
-            self.dropped_by_replaced += dropped
+            self.dropped_by_replaced += float(final.get("fragments_dropped", 0))
         except Exception:
             final = last_status
-            dropped = max(0.0, float(final.get("fragments_emitted", 0)) - float(final.get("fragments_sent", 0)))
-            self.unsent_by_replaced += dropped
+            self.unsent_by_replaced += max(0.0, float(final.get("fragments_emitted", 0))
+                                           - float(final.get("fragments_sent", 0)))
         try:
             ray.kill(worker, no_restart=True)
         except Exception:
@@ -390,5 +400,3 @@ class RolloutManager:
         with self._lock:
             for key in CUMULATIVE_KEYS:
                 self.retired[key] += float(final.get(key, 0.0))
-            self.recreated += 1
-            self.workers[index] = self._create_worker(index)
