@@ -81,23 +81,7 @@ DRIVER_ROLE = {"craftrl": "driver: learner (craftrl)", "sb3-ppo": "driver: infer
 
 def cpu_by_role(root: int, system: str) -> dict[str, float]:
     """CPU seconds used so far by ``root`` and its descendants, by role (Ray's own daemons: "Ray system")."""
-    table = time_to_cows._proc_table()
-    children: dict[int, list[int]] = {}
-    for pid, (parent, _, _) in table.items():
-        children.setdefault(parent, []).append(pid)
-    split: dict[str, float] = {}
-    stack = [root]
-    while stack:
-        pid = stack.pop()
-        stack.extend(children.get(pid, []))
-        if pid not in table:
-            continue
-        parent, cmd, seconds = table[pid]
-        parent_cmd = table.get(parent, (0, "", 0.0))[1]
-        role = DRIVER_ROLE[system] if pid == root else next(
-            (name for name, test in PROCESS_ROLES if test(cmd, parent_cmd)), "Ray system processes / other")
-        split[role] = split.get(role, 0.0) + seconds
-    return split
+    return time_to_cows.cpu_split(root, DRIVER_ROLE[system], PROCESS_ROLES, "Ray system processes / other")
 
 
 def _start_ticks(pid: int) -> int | None:

@@ -62,6 +62,15 @@ def cpu_by_component(root: int) -> dict[str, float]:
 
     The driver runs the learner (local mode), so its own CPU is "learner"; Ray's own daemons are "Ray system".
     """
+    return cpu_split(root, "learner (driver process)", COMPONENTS, "Ray system processes")
+
+
+def cpu_split(root: int, root_label: str, rules, other_label: str) -> dict[str, float]:
+    """CPU seconds of ``root`` and its live descendants, summed by label.
+
+    ``rules`` is ``(label, test(cmd, parent_cmd))`` pairs, the first match wins; ``root`` itself is
+    ``root_label`` and a process no rule matches is ``other_label``.
+    """
     table = _proc_table()
     children: dict[int, list[int]] = {}
     for pid, (parent, _, _) in table.items():
@@ -75,8 +84,8 @@ def cpu_by_component(root: int) -> dict[str, float]:
             continue
         parent, cmd, seconds = table[pid]
         parent_cmd = table.get(parent, (0, "", 0.0))[1]
-        label = "learner (driver process)" if pid == root else next(
-            (name for name, test in COMPONENTS if test(cmd, parent_cmd)), "Ray system processes")
+        label = root_label if pid == root else next(
+            (name for name, test in rules if test(cmd, parent_cmd)), other_label)
         split[label] = split.get(label, 0.0) + seconds
     return split
 

@@ -17,6 +17,7 @@ once 20 episodes have finished -- the same rule ``time_to_cows.py`` applies to c
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import json
 import math
@@ -54,6 +55,29 @@ def stop_on_sigterm() -> None:
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, _exit)
+
+
+def peer_arguments(description: str) -> argparse.ArgumentParser:
+    """The options every peer script takes; each adds its own library's settings."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--minutes", type=float, required=True, help="stop this long after launch")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", required=True, help="directory for curve.jsonl and summary.json")
+    parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--lr", type=float, default=3e-4)
+    parser.add_argument("--ent-coef", type=float, default=0.01)
+    parser.add_argument("--torch-threads", type=int, default=None,
+                        help="torch threads of the driver (default: torch's own, one per core); craftrl pins 1 per process")
+    return parser
+
+
+def start(args: argparse.Namespace) -> None:
+    """Stop cleanly on SIGTERM (the harness's deadline) and apply ``--torch-threads``."""
+    stop_on_sigterm()
+    if args.torch_threads:
+        import torch
+
+        torch.set_num_threads(args.torch_threads)
 
 
 def parameter_count(module: Any) -> int:

@@ -21,7 +21,7 @@ later), stops the algorithm and Ray, and writes ``OUT/curve.jsonl`` and ``OUT/su
 
 from __future__ import annotations
 
-from peer_curve import CowsCurve, launched_at, stop_on_sigterm  # noqa: I001 (first: the clock)
+from peer_curve import CowsCurve, launched_at, peer_arguments, start  # noqa: I001 (first: the clock)
 
 LAUNCHED = launched_at()
 
@@ -112,25 +112,14 @@ def build_config(args: argparse.Namespace, episode_log_dir: Path) -> Any:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--minutes", type=float, required=True, help="stop this long after launch")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", required=True, help="directory for curve.jsonl and summary.json")
+    parser = peer_arguments(__doc__.split("\n")[0])
     parser.add_argument("--env-runners", type=int, default=2)
     parser.add_argument("--envs-per-runner", type=int, default=2)
     parser.add_argument("--train-batch", type=int, default=1024, help="env steps per training iteration")
     parser.add_argument("--minibatch", type=int, default=128)
-    parser.add_argument("--epochs", type=int, default=4)
-    parser.add_argument("--lr", type=float, default=3e-4)
-    parser.add_argument("--ent-coef", type=float, default=0.01)
-    parser.add_argument("--torch-threads", type=int, default=None,
-                        help="torch threads of the driver (default: torch's own, one per core); craftrl pins 1 per process")
     args = parser.parse_args()
-    stop_on_sigterm()
+    start(args)
     import torch
-
-    if args.torch_threads:
-        torch.set_num_threads(args.torch_threads)
 
     import ray
     from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME

@@ -16,7 +16,7 @@ The script stops itself ``--minutes`` after launch (see ``peer_curve``), closes 
 
 from __future__ import annotations
 
-from peer_curve import CowsCurve, launched_at, parameter_count, stop_on_sigterm  # noqa: I001 (first: the clock)
+from peer_curve import CowsCurve, launched_at, parameter_count, peer_arguments, start  # noqa: I001 (first: the clock)
 
 LAUNCHED = launched_at()
 
@@ -60,25 +60,14 @@ def make_model(args: argparse.Namespace, env: Any) -> Any:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--minutes", type=float, required=True, help="stop this long after launch")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", required=True, help="directory for curve.jsonl and summary.json")
+    parser = peer_arguments(__doc__.split("\n")[0])
     parser.add_argument("--recurrent", action="store_true", help="sb3-contrib RecurrentPPO, CnnLstmPolicy")
     parser.add_argument("--envs", type=int, default=4)
     parser.add_argument("--n-steps", type=int, default=128, help="env steps per env per update")
-    parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--batch-size", type=int, default=None, help="minibatch size (default 64; 128 recurrent)")
-    parser.add_argument("--lr", type=float, default=3e-4)
-    parser.add_argument("--ent-coef", type=float, default=0.01)
-    parser.add_argument("--torch-threads", type=int, default=None,
-                        help="torch threads of the driver (default: torch's own, one per core); craftrl pins 1 per process")
     args = parser.parse_args()
-    stop_on_sigterm()
+    start(args)
     import torch
-
-    if args.torch_threads:
-        torch.set_num_threads(args.torch_threads)
 
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.vec_env import SubprocVecEnv
