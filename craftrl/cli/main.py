@@ -34,8 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_arguments(train)
     train.add_argument("--address", default=None,
                        help="join an existing Ray cluster ('auto' or host:port) instead of starting one")
-    train.add_argument("--resume", default=None, help="'latest' (the newest run of this config's name under output_root), a run directory or a "
-                            "checkpoint directory; continues that run (sets train_config.resume)")
+    train.add_argument("--resume", default=None,
+                       help="'latest' (the newest run of this config's name under output_root), a run directory or "
+                            "a checkpoint directory; continues that run (sets train_config.resume)")
 
     evaluate = commands.add_parser("eval", help="play episodes with a checkpoint and print their returns")
     evaluate.add_argument("checkpoint", help="checkpoint directory, or a run directory (its newest checkpoint)")
