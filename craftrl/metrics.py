@@ -206,6 +206,8 @@ class MetricsSink:
     def __init__(self, run_dir: str, logger_config: LoggerConfig | None = None,
                  config: Mapping[str, Any] | None = None, console: bool = True):
         self._logger = MetricsLogger(Path(run_dir), logger_config, config, console=console)
+        self._episodes_path = Path(run_dir) / "episodes.jsonl"
+        self._episodes: JsonlSink | None = None  # opened by the first episode: runs without any have no file
 
     def ready(self) -> bool:
         return True
@@ -213,8 +215,17 @@ class MetricsSink:
     def log(self, metrics: Mapping[str, Any], step: int, wall_time: float) -> None:
         self._logger.log(metrics, step, wall_time)
 
+    def log_episodes(self, records: list[Mapping[str, Any]], step: int, wall_time: float) -> None:
+        """One line per finished episode in ``episodes.jsonl`` (``step``: trained samples when it was logged)."""
+        if self._episodes is None:
+            self._episodes = JsonlSink(self._episodes_path)
+        for record in records:
+            self._episodes.write(record, step, wall_time)
+
     def close(self) -> None:
         self._logger.close()
+        if self._episodes is not None:
+            self._episodes.close()
 
 
 class MetricsClient:
@@ -235,6 +246,11 @@ class MetricsClient:
                 self.dropped += 1
                 return
         self._in_flight.append(self._sink.log.remote(dict(metrics), step, time.time()))
+
+    def log_episodes(self, records: list[Mapping[str, Any]], step: int) -> None:
+        """Episodes are data, not a sample of it: never dropped, however many calls are in flight."""
+        if records:
+            self._in_flight.append(self._sink.log_episodes.remote(list(records), step, time.time()))
 
     def flush(self, timeout: float | None = 30.0) -> int:
         """Wait for calls in flight (e.g. before an actor exits); returns how many are still pending."""

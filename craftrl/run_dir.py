@@ -5,6 +5,7 @@ Layout (``<output_root>/<logger_config.name>-<YYYYmmdd-HHMMSS>/``)::
     config.yaml          resolved config, every key with its effective value
     config_source.*      the config file's own text (MineStudio's ``whole_config``)
     metrics.jsonl        one JSON object per logged step
+    episodes.jsonl       one JSON object per finished episode (return, length, task metrics, version)
     tensorboard/         TensorBoard event files
     checkpoints/         train_config.save_path when relative
     videos/              worker_config.video_output_dir when relative

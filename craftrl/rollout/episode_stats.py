@@ -1,7 +1,9 @@
 """Episode statistics: per-episode return, length, discounted return and task metrics, with moving averages.
 
 ``EpisodeStatistics`` is plain (tested without Ray); the ``episode_statistics`` actor wraps it. Workers
-report episodes fire-and-forget; the trainer asks for a ``summary`` once per iteration and logs it.
+report episodes fire-and-forget; the trainer asks for a ``summary`` once per iteration and logs it, and
+takes the finished episodes themselves (``take_records``) for the run's ``episodes.jsonl`` -- a moving
+mean cannot answer per-episode questions such as Crafter's achievement success rates.
 """
 
 from __future__ import annotations
@@ -15,6 +17,9 @@ from craftrl.rollout.worker import EpisodeRecord
 
 
 class EpisodeStatistics:
+    # Records waiting for ``take_records``; a run nobody takes them from must not grow without bound.
+    MAX_UNTAKEN_RECORDS = 100_000
+
     def __init__(self, moving_window: int = 20):
         self.moving_window = moving_window
         self.recent: deque[EpisodeRecord] = deque(maxlen=moving_window)
@@ -22,12 +27,17 @@ class EpisodeStatistics:
         self.total_env_steps = 0
         self.restarted_episodes = 0
         self._since_summary: list[EpisodeRecord] = []
+        self._untaken: deque[EpisodeRecord] = deque(maxlen=self.MAX_UNTAKEN_RECORDS)
+        self.untaken_dropped = 0
 
     def report(self, record: EpisodeRecord | dict[str, Any]) -> None:
         if isinstance(record, dict):
             record = EpisodeRecord(**record)
         self.recent.append(record)
         self._since_summary.append(record)
+        if len(self._untaken) == self._untaken.maxlen:
+            self.untaken_dropped += 1
+        self._untaken.append(record)
         self.total_episodes += 1
         self.total_env_steps += record.length
         self.restarted_episodes += int(record.env_restarted)
@@ -39,6 +49,8 @@ class EpisodeStatistics:
             "episodes/new": float(len(self._since_summary)),
             "episodes/env_restarted_total": float(self.restarted_episodes),
         }
+        if self.untaken_dropped:
+            out["episodes/records_dropped_total"] = float(self.untaken_dropped)
         if self.recent:
             out["episodes/return_mean"] = _mean(r.episode_return for r in self.recent)
             out["episodes/length_mean"] = _mean(r.length for r in self.recent)
@@ -51,6 +63,12 @@ class EpisodeStatistics:
             out["episodes/return_mean_new"] = _mean(r.episode_return for r in self._since_summary)
         self._since_summary = []
         return out
+
+    def take_records(self) -> list[dict[str, Any]]:
+        """Every episode reported since the last call, oldest first, each exactly once."""
+        records = [asdict(r) for r in self._untaken]
+        self._untaken.clear()
+        return records
 
     def recent_records(self) -> list[dict[str, Any]]:
         return [asdict(r) for r in self.recent]

@@ -187,9 +187,12 @@ class _Run:
         if self.statistics is not None:
             calls.append(self.statistics.summary.remote())
         calls.append(self.replay.metrics.remote())
+        episodes = self.statistics.take_records.remote() if self.statistics is not None else None
         try:
             for result in ray.get(calls, timeout=10):
                 extra.update(result)
+            if episodes is not None:
+                self.metrics.log_episodes(ray.get(episodes, timeout=10), step=self.state.trained_samples)
         except Exception as error:  # statistics are nice to have; training goes on
             logger.warning("collecting rollout statistics failed: %s", error)
         if "rollout/env_steps" in extra:

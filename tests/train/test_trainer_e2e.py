@@ -64,6 +64,11 @@ def test_local_mode_trains_publishes_and_checkpoints(ray_session, tmp_path):
     assert all(r["data/fragments"] == 4 for r in records)
     assert records[-1]["rollout/fragments_sent"] >= 4
     assert "episodes/return_mean" in records[-1]
+    episodes = [json.loads(line) for line in (tmp_path / "episodes.jsonl").read_text().splitlines()]
+    # taken just after each summary, so at least every episode the last summary counted
+    assert len(episodes) >= records[-1]["episodes/total"] > 0
+    assert {e["length"] for e in episodes} == {6}, "ScriptedEnv(episode_length=6) episodes, one line each"
+    assert [e["step"] for e in episodes] == sorted(e["step"] for e in episodes)
     checkpoints = list_checkpoints(tmp_path / "checkpoints")
     assert [i for i, _ in checkpoints] == [1, 2, 3]
     payload = load_checkpoint(checkpoints[-1][1])
