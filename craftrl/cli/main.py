@@ -8,6 +8,8 @@ training run was stopped by Ctrl-C or SIGTERM (after a checkpoint).
 from __future__ import annotations
 
 import argparse
+import faulthandler
+import signal
 import sys
 from typing import NoReturn, Sequence
 
@@ -69,6 +71,10 @@ def one_line(problem: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # `kill -USR1 <pid>` prints every thread's Python stack to stderr: the way to see where a run that will
+    # not stop (or not start) is waiting, without stopping it.
+    if hasattr(signal, "SIGUSR1"):
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import dataclasses
 import signal
 import sys
+import time
 
 from craftrl.cli.preflight import check_resume, preflight
 from craftrl.config.loading import LoadedConfig
 from craftrl.config.schema import OnlineConfig
 from craftrl.ray_bootstrap import ClusterResourceError, ray_init
-from craftrl.rollout.start import format_accounting
+from craftrl.rollout.start import format_accounting, format_stop_times
 from craftrl.run_dir import ResumeTarget, RunDirectory, find_resume_target
 from craftrl.train.trainer import RolloutFailedError
 
@@ -67,11 +68,17 @@ def train_command(loaded: LoadedConfig) -> int:
             raise
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        stopping = time.monotonic()
         if ray.is_initialized():
             accounting = stop_rollout_system()  # detached actors would otherwise outlive the run on a cluster
             if sink is not None:
-                ray.get(sink.close.remote())
+                _close_metrics_sink(sink)
+        metrics_closed = time.monotonic()
         ray.shutdown()
+        if interrupted:  # how long the user waited, by stage: a stop that drags says where
+            stop_times = format_stop_times(accounting or {})
+            print(f"craftrl: stopped in {time.monotonic() - stopping:.1f} s ({stop_times}{', ' if stop_times else ''}"
+                  f"ray shutdown {time.monotonic() - metrics_closed:.1f} s)", file=sys.stderr, flush=True)
     checkpoints = list_checkpoints(config.train_config.save_path)
     if rollout_failure is not None:
         print(f"craftrl: error: rollout: {rollout_failure} (worker logs: {run_dir.root / 'logs'} and "
@@ -93,6 +100,16 @@ def train_command(loaded: LoadedConfig) -> int:
     if rollout_failure is not None:
         return EXIT_RUN_FAILED
     return EXIT_INTERRUPTED if interrupted else 0
+
+
+def _close_metrics_sink(sink) -> None:
+    """Flush and close metrics.jsonl/TensorBoard; a sink that does not answer is not waited on forever."""
+    import ray
+
+    try:
+        ray.get(sink.close.remote(), timeout=30)
+    except Exception as error:  # the files are line-buffered: at most the last line is lost
+        print(f"craftrl: warning: the metrics sink did not close cleanly: {error}", file=sys.stderr)
 
 
 def _rollout_failure(error: BaseException) -> str | None:

@@ -289,14 +289,18 @@ class RolloutManager:
         """
         import ray
 
+        started = time.monotonic()
         self._stop.set()
         if self._monitor is not None:
-            self._monitor.join(timeout=30)  # no replacement may start while the workers are being stopped
+            # no replacement may start while the workers are being stopped (one may be mid-replacement)
+            self._monitor.join(timeout=min(30.0, timeout / 3))
+        timeout = max(timeout - (time.monotonic() - started), 1.0)
         workers, statuses = self._workers_and_statuses()
         # Slots given up on were retired (counted) already; their dead workers have nothing left to say.
         workers = [w for i, w in enumerate(workers) if i not in self.given_up]
         statuses = [s for i, s in enumerate(statuses) if i not in self.given_up]
-        refs = [worker.stop.remote() for worker in workers]
+        # a worker's stop is its loop's join (<= 10 s) + the drain + thread joins: the drain gets what is left
+        refs = [worker.stop.remote(drain_timeout=min(30.0, max(timeout - 20.0, 1.0))) for worker in workers]
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
         finals, unclean = [], []
         for ref, last in zip(refs, statuses):
