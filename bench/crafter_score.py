@@ -118,6 +118,17 @@ def all_achievements() -> list[str]:
     return sorted(crafter.constants.achievements)
 
 
+def elapsed_minutes(run_dir: Path) -> float:
+    """Training wall-clock time of the run (``train/elapsed_s`` of its last logged iteration)."""
+    elapsed = 0.0
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        try:
+            elapsed = float(json.loads(line).get("train/elapsed_s", elapsed))
+        except (json.JSONDecodeError, TypeError, ValueError):
+            continue
+    return elapsed / 60
+
+
 def write_results(run_dir: Path, episodes: list[dict], rates: dict[str, float], score: float, env_steps: int,
                   command: str, out: Path) -> None:
     steps = sum(int(e["length"]) for e in episodes)
@@ -130,7 +141,8 @@ def write_results(run_dir: Path, episodes: list[dict], rates: dict[str, float], 
             f"`{command}`, {datetime.date.today().isoformat()}, {os.cpu_count()} cores. `crafter/score` (the full game, "
             f"Crafter's own reward) with the default recurrent policy and PPO settings "
             f"(`craftrl.configs.crafter_score`). Scored over the {len(episodes)} episodes that make up the first "
-            f"{steps:,} of {env_steps:,} env steps (mean return {mean_return:.2f}), as the Crafter paper scores its "
+            f"{steps:,} of {env_steps:,} env steps (mean return {mean_return:.2f}; one seed, the paper averages 10; "
+            f"{elapsed_minutes(run_dir):.0f} min of training), as the Crafter paper scores its "
             "agents: success rate = share of training episodes with the achievement unlocked, score = "
             "exp(mean ln(1 + rate %)) - 1. The paper's rows are copied from its table; its per-achievement "
             "rates are not reproduced here.", "",

@@ -49,3 +49,16 @@ def test_default_config_is_valid_and_its_policy_acts():
     assert loaded.online.train_config.advantage_std_floor > 0 and not loaded.online.train_config.use_normalized_vf
     reward, terminated, truncated = _act_once(loaded)
     assert reward >= 0.0 and not (terminated and truncated)
+
+
+def test_crafter_score_config_is_the_default_on_the_full_game():
+    """bench/crafter_score.py (P6) trains craftrl.configs.crafter_score: the default's policy and PPO settings."""
+    loaded = load_config("craftrl.configs.crafter_score")
+    default = load_config("craftrl.configs.default")
+    assert loaded.online.train_config.learning_rate == default.online.train_config.learning_rate
+    assert loaded.online.train_config.num_iterations * 1024 >= 1_000_000
+    env = loaded.env_generator()
+    _, info = env.reset(seed=0)
+    assert len(info["achievements"]) == 22  # the full game, with every achievement counted
+    reward, terminated, truncated = _act_once(loaded)
+    assert not (terminated and truncated)
