@@ -128,13 +128,12 @@ class RolloutLoop:
                  on_video: Callable[[dict[str, Any], list[Any]], None] | None = None,
                  discount: float = 0.99, step_timeout: float = 60.0, reset_timeout: float = 300.0,
                  restart_interval: float | None = None, worker_name: str = "w0", seed: int | None = None,
-                 initial_version: int = -1, min_batch_size: int | None = None) -> None:
+                 initial_version: int = -1) -> None:
         if not 1 <= batch_size <= num_envs:
             raise ValueError(f"batch_size: expected 1 <= batch_size <= num_envs ({num_envs}), got {batch_size}")
         self.policy = policy.eval()
         self.device = policy.device if hasattr(policy, "device") else torch.device("cpu")
         self.batch_size = batch_size
-        self.min_batch_size = batch_size if min_batch_size is None else min_batch_size
         self.emit = emit
         self.on_episode = on_episode or (lambda record: None)
         self.on_video = on_video or (lambda label, frames: None)
@@ -175,11 +174,11 @@ class RolloutLoop:
         """Run one inference group; returns the number of env steps it consumed (0 on timeout)."""
         self._apply_pending_weights()
         started = time.monotonic()
-        missing = self.min_batch_size - len(self._ready)
+        missing = self.batch_size - len(self._ready)
         if missing > 0:
             self._ready.extend(self.pool.recv(min_count=missing, timeout=timeout))
         self.timers.env_wait += time.monotonic() - started
-        if len(self._ready) < self.min_batch_size:
+        if len(self._ready) < self.batch_size:
             return 0
         group, self._ready = self._ready[:self.batch_size], self._ready[self.batch_size:]
         finished = sum(1 for result in group if not result.from_reset)
