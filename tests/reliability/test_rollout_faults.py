@@ -34,12 +34,19 @@ FAULTS = [("step", "raise"), ("reset", "raise"), ("step", "hang"), ("reset", "ha
           (None, "raise")]
 
 
+# Every step sleeps this long, so a run lasts at least (env steps needed / envs) x this, however fast the machine:
+# the faults below are injected by the clock and must land while training still runs. (On a quiet machine the
+# 14-iteration run once finished in ~5 s, before the replay buffer's kill at 6 s.)
+STEP_SLEEP_S = 0.08
+
+
 def flaky_env() -> ScriptedEnv:
     """An env that fails once, in a way and at a call chosen at random for this process."""
     rng = random.Random(os.getpid() ^ time.time_ns())
     fail_in, fail_mode = rng.choice(FAULTS)
     fail_at = rng.randint(3, 12) if fail_in == "reset" else rng.randint(10, 60)
-    return ScriptedEnv(episode_length=6, fail_in=fail_in, fail_mode=fail_mode, fail_at=fail_at)
+    return ScriptedEnv(episode_length=6, fail_in=fail_in, fail_mode=fail_mode, fail_at=fail_at,
+                       step_sleep_s=STEP_SLEEP_S)
 
 
 def fault_config(tmp_path: Path, num_iterations: int, num_rollout_workers: int = 1):
@@ -135,7 +142,7 @@ def test_env_faults_and_a_killed_replay_buffer_lose_and_double_count_nothing(ray
         return True
 
     env_killer = FaultInjector(1.0, kill_an_env_process)
-    replay_killer = FaultInjector(6.0, kill_the_replay_buffer_once)
+    replay_killer = FaultInjector(4.0, kill_the_replay_buffer_once)
     status, accounting = train_with_faults(ray, config, flaky_env, [env_killer, replay_killer],
                                            tmp_path / "ray_train")
 
@@ -157,7 +164,7 @@ def test_env_faults_and_a_killed_replay_buffer_lose_and_double_count_nothing(ray
 
 def test_a_killed_rollout_worker_is_recreated_and_training_goes_on(ray_session, tmp_path):
     ray = ray_session
-    config = fault_config(tmp_path, num_iterations=12, num_rollout_workers=2)
+    config = fault_config(tmp_path, num_iterations=30, num_rollout_workers=2)
     killed: list[bool] = []
 
     def kill_a_worker_once() -> bool:
@@ -169,8 +176,9 @@ def test_a_killed_rollout_worker_is_recreated_and_training_goes_on(ray_session, 
         killed.append(True)
         return True
 
-    injector = FaultInjector(5.0, kill_a_worker_once)
-    status, accounting = train_with_faults(ray, config, functools.partial(ScriptedEnv, episode_length=6),
+    injector = FaultInjector(3.0, kill_a_worker_once)
+    status, accounting = train_with_faults(ray, config, functools.partial(ScriptedEnv, episode_length=6,
+                                                                          step_sleep_s=STEP_SLEEP_S),
                                            [injector], tmp_path / "ray_train")
     assert killed and status["rollout/workers_recreated"] >= 1
     assert accounting["rollout/workers_recreated"] >= 1
