@@ -22,11 +22,13 @@ import json
 import math
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from time_to_cows import stop_run  # noqa: E402  (bench scripts share helpers by plain import)
 
 # The Crafter paper's table (score in %, mean ± std over seeds) for the agents a reader compares against.
 PAPER_SCORES = {"PPO (Crafter paper)": "4.6 ± 0.3", "Random (Crafter paper)": "1.6 ± 0.0"}
@@ -50,13 +52,7 @@ def run_until(config: str, overrides: list[str], seed: int, env_steps: int, max_
                 run_dir = Path(match.group(1)) if match else None
             if run_dir is not None and logged_env_steps(run_dir / "metrics.jsonl") >= env_steps:
                 break
-        if child.poll() is None:
-            child.send_signal(signal.SIGTERM)
-            try:
-                child.wait(timeout=180)
-            except subprocess.TimeoutExpired:
-                child.kill()
-                child.wait()
+        stop_run(child, grace_s=180)
     if run_dir is None:
         match = re.search(r"run directory (\S+)", log.read_text())
         if not match:

@@ -90,6 +90,18 @@ def cpu_split(root: int, root_label: str, rules, other_label: str) -> dict[str, 
     return split
 
 
+def stop_run(child: subprocess.Popen, grace_s: float) -> None:
+    """SIGTERM a ``craftrl train`` still running (it checkpoints and stops everything), SIGKILL after ``grace_s``."""
+    if child.poll() is not None:
+        return
+    child.send_signal(signal.SIGTERM)
+    try:
+        child.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
+
+
 def run_once(config: str, overrides: list[str], seed: int, minutes: float, output_root: Path, log: Path) -> Path:
     """One training run; returns its run directory. The child gets SIGTERM at the deadline.
 
@@ -109,13 +121,7 @@ def run_once(config: str, overrides: list[str], seed: int, minutes: float, outpu
                 child.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 pass
-        if child.poll() is None:
-            child.send_signal(signal.SIGTERM)
-            try:
-                child.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                child.kill()
-                child.wait()
+        stop_run(child, grace_s=120)
     match = re.search(r"run directory (\S+)", log.read_text())
     if not match:
         raise SystemExit(f"time_to_cows: no run directory in {log}")

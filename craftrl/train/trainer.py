@@ -191,10 +191,13 @@ class _Run:
         try:
             for result in ray.get(calls, timeout=10):
                 extra.update(result)
-            if episodes is not None:
-                self.metrics.log_episodes(ray.get(episodes, timeout=10), step=self.state.trained_samples)
         except Exception as error:  # statistics are nice to have; training goes on
             logger.warning("collecting rollout statistics failed: %s", error)
+        try:  # apart: the episodes were taken from the actor, so a failed summary must not lose them too
+            if episodes is not None:
+                self.metrics.log_episodes(ray.get(episodes, timeout=10), step=self.state.trained_samples)
+        except Exception as error:
+            logger.warning("collecting finished episodes failed: %s", error)
         if "rollout/env_steps" in extra:
             self.state.env_steps = self.env_steps_before + int(extra["rollout/env_steps"])
             extra["rollout/env_steps"] = float(self.state.env_steps)
