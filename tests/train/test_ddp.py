@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import socket
 
@@ -33,7 +34,8 @@ def _rank_main(rank: int, port: int, out_dir: str, poison_rank: int) -> None:
     policy = mlp_policy_generator(obs_dim=4, num_actions=2)
     config = build_config({"train_config": {"batch_size_per_gpu": 2, "learning_rate": 0.01,
                                             "epochs_per_iteration": 2, "gradient_accumulation": 2}}).train_config
-    learner = PPOLearner(DistributedDataParallel(policy), config, torch.device("cpu"))
+    wrapped = DistributedDataParallel(policy)
+    learner = PPOLearner(wrapped, config, torch.device("cpu"))
     rng = np.random.default_rng(100 + rank)  # different data on each rank
     fragments = bandit_fragments(policy, 4, 6, rng)
     if rank == poison_rank:
@@ -43,6 +45,11 @@ def _rank_main(rank: int, port: int, out_dir: str, poison_rank: int) -> None:
     buffers = torch.cat([b.detach().reshape(-1).float() for b in policy.buffers()])
     torch.save({"params": flat, "buffers": buffers, "skipped": learner.skipped_steps,
                 "metrics": metrics}, os.path.join(out_dir, f"rank{rank}.pt"))
+    # DDP's reducer keeps the gloo group alive; left to interpreter exit, its threads are torn down while
+    # still joinable and the rank dies with SIGABRT ("terminate called without an active exception").
+    del learner, wrapped
+    gc.collect()
+    dist.barrier()
     dist.destroy_process_group()
 
 
