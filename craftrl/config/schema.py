@@ -145,6 +145,7 @@ class TrainConfig:
     kl_divergence_coef_rho: float = key(0.0, "Weight rho of KL(policy || reference policy), the reference being the initial policy.", NON_NEGATIVE)
     entropy_bonus_coef: float = key(0.01, "Weight of the entropy bonus.", NON_NEGATIVE)
     coef_rho_decay: float = key(0.9995, "rho is multiplied by this after every iteration.", between(0.0, 1.0))
+    decoupled_clip: bool = key(False, "Clip the PPO ratio against the learner's policy at the start of the iteration instead of the behaviour policy, weighting each step by min(pi_start / pi_behaviour, 2) (decoupled PPO): with asynchronous data the behaviour ratio has already spent part of the trust region.")
     log_ratio_range: float = key(50.0, "The log-ratio log(pi/pi_behaviour) is clamped to +-this before exponentiation.", POSITIVE)
     normalize_advantage_full_batch: bool = key(True, "Normalise advantages with the mean/std of the whole iteration's data across all ranks.")
     advantage_std_floor: float = key(0.0, "Advantages are divided by max(their std, this floor), in return units; a floor keeps batches without reward (advantages = value noise) from becoming unit-scale updates. 0 = plain standardisation.", NON_NEGATIVE)

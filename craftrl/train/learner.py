@@ -31,7 +31,10 @@ from craftrl.policies.state import detach_state, merge_states, state_from_numpy,
 from craftrl.rollout.fragment import Fragment
 from craftrl.train.gae import compute_gae, successors
 from craftrl.train.losses import (advantage_moments, clipped_policy_loss, explained_variance_from_sums,
-                                  masked_mean, normalize_advantages, value_loss)
+                                  masked_mean, normalize_advantages, proximal_weights, value_loss)
+
+# Truncation of decoupled PPO's importance weights pi_proximal / pi_behaviour (``decoupled_clip``).
+PROXIMAL_MAX_WEIGHT = 2.0
 
 
 def distributed() -> bool:
@@ -57,6 +60,7 @@ class Batch:
     advantages: torch.Tensor | None = None  # [B, L]
     returns: torch.Tensor | None = None  # [B, L], return units
     old_values: torch.Tensor | None = None  # [B, L], return units
+    proximal_logp: torch.Tensor | None = None  # [B, L]: log-prob under the learner's weights at iteration start
 
     @property
     def length(self) -> int:
@@ -142,18 +146,24 @@ class PPOLearner:
         return contextlib.nullcontext()
 
     @torch.no_grad()
-    def evaluate_values(self, batch: Batch) -> torch.Tensor:
-        """Values (return units) of all L+1 observations, from the stored state, carried across windows."""
-        state, outputs = batch.state_in, []
-        total = batch.length + 1
-        for start in range(0, total, self.config.context_length):
-            end = min(start + self.config.context_length, total)
+    def evaluate(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Values (return units) of all L+1 observations and log-probs of the L actions, with the weights at
+        the start of the iteration, from the stored state carried across windows."""
+        state, values, logps = batch.state_in, [], []
+        length = batch.length
+        for start in range(0, length + 1, self.config.context_length):
+            end = min(start + self.config.context_length, length + 1)
             with self._autocast():
                 # the unwrapped policy: parameters are identical on every rank and no collective is needed
                 latents, state = self.policy(input=slice_time(batch.obs, start, end), state_in=state,
                                              first=batch.first[:, start:end])
-            outputs.append(latents["vpred"].float())
-        return self.policy.value_head.denormalize(torch.cat(outputs, dim=1))
+            values.append(latents["vpred"].float())
+            acted = min(end, length) - start  # the last observation (next_obs) has no action
+            if acted > 0:
+                logits = tree_map(lambda t: t[:, :acted], latents["pi_logits"])
+                logps.append(self.policy.pi_head.logprob(slice_time(batch.action, start, start + acted),
+                                                         logits).float())
+        return self.policy.value_head.denormalize(torch.cat(values, dim=1)), torch.cat(logps, dim=1)
 
     def prepare(self, fragments: Sequence[Fragment]) -> list[Batch]:
         """Collate, evaluate, run GAE and normalise: everything before the gradient passes."""
@@ -162,7 +172,10 @@ class PPOLearner:
         batches = [collate([fragments[i] for i in order[s:s + cfg.batch_size_per_gpu]],
                            order[s:s + cfg.batch_size_per_gpu], self.device)
                    for s in range(0, len(fragments), cfg.batch_size_per_gpu)]
-        values = torch.cat([self.evaluate_values(b) for b in batches]).cpu().numpy()  # [N, L+1]
+        evaluated = [self.evaluate(b) for b in batches]
+        for batch, (_, logp) in zip(batches, evaluated):
+            batch.proximal_logp = logp
+        values = torch.cat([v for v, _ in evaluated]).cpu().numpy()  # [N, L+1]
         stacked = {name: np.stack([getattr(f, name) for f in fragments])
                    for name in ("reward", "terminated", "truncated", "final_vpred")}
         succ = self._successors = successors([f.env_id for f in fragments], [f.index for f in fragments])
@@ -247,9 +260,16 @@ class PPOLearner:
                     new_logp = head.logprob(slice_time(batch.action, start, end), logits)
                     entropy = head.entropy(logits)
                     mask = torch.ones_like(new_logp, dtype=torch.bool)
-                    policy = clipped_policy_loss(new_logp.float(), batch.behaviour_logp[:, start:end],
-                                                 batch.advantages[:, start:end], mask, cfg.ppo_clip,
-                                                 cfg.log_ratio_range)
+                    behaviour_logp = batch.behaviour_logp[:, start:end]
+                    if cfg.decoupled_clip:
+                        proximal_logp = batch.proximal_logp[:, start:end]
+                        policy = clipped_policy_loss(new_logp.float(), proximal_logp, batch.advantages[:, start:end],
+                                                     mask, cfg.ppo_clip, cfg.log_ratio_range,
+                                                     proximal_weights(proximal_logp, behaviour_logp,
+                                                                      PROXIMAL_MAX_WEIGHT))
+                    else:
+                        policy = clipped_policy_loss(new_logp.float(), behaviour_logp, batch.advantages[:, start:end],
+                                                     mask, cfg.ppo_clip, cfg.log_ratio_range)
                     v_loss = value_loss(latents["vpred"].float(), old_values[:, start:end],
                                         targets[:, start:end], mask, cfg.clip_vloss, cfg.ppo_clip)
                     entropy_mean = masked_mean(entropy.float(), mask)
@@ -303,14 +323,21 @@ class PPOLearner:
         lag = np.concatenate([version - f.version for f in fragments])
         rewards = np.concatenate([f.reward for f in fragments])
         chained = int((self._successors >= 0).sum())
+        # how far the learner already is from the behaviour policy before this iteration moves at all
+        log_ratio = torch.cat([b.proximal_logp - b.behaviour_logp for b in batches]).double().reshape(-1)
+        ratio = log_ratio.clamp(-self.config.log_ratio_range, self.config.log_ratio_range).exp()
+        stale_kl = float(((ratio - 1.0) - log_ratio).sum())
+        stale_clipped = float(((ratio - 1.0).abs() > self.config.ppo_clip).sum())
         sums = all_reduce(torch.tensor([
             float(values.numel()), float(returns.sum()), float((returns ** 2).sum()), float(residual.sum()),
             float((residual ** 2).sum()), float(lag.sum()), float(len(fragments)), float(rewards.sum()),
-            float(chained)], dtype=torch.float64, device=self.device)).tolist()
+            float(chained), stale_kl, stale_clipped], dtype=torch.float64, device=self.device)).tolist()
         lag_max = all_reduce(torch.tensor([float(lag.max())], dtype=torch.float64, device=self.device),
                              dist.ReduceOp.MAX if distributed() else None).item()
-        n, y_sum, y_sq, r_sum, r_sq, lag_sum, count, reward_sum, chained_total = sums
+        n, y_sum, y_sq, r_sum, r_sq, lag_sum, count, reward_sum, chained_total, stale_kl, stale_clipped = sums
         return {
+            "ppo/behaviour_kl": stale_kl / n,
+            "ppo/behaviour_clip_fraction": stale_clipped / n,
             "ppo/explained_variance": explained_variance_from_sums(n, y_sum, y_sq, r_sum, r_sq),
             "ppo/gae_chained_fraction": chained_total / count,
             "data/version_lag_mean": lag_sum / n,

@@ -27,11 +27,12 @@ def action_one_probability(policy) -> float:
     return float(latents["pi_logits"].exp()[..., 1].mean())
 
 
-def test_ppo_learns_the_rewarding_action():
+@pytest.mark.parametrize("decoupled_clip", [False, True])
+def test_ppo_learns_the_rewarding_action(decoupled_clip):
     torch.manual_seed(0)
     rng = np.random.default_rng(0)
     policy = mlp_policy_generator(obs_dim=4, num_actions=2)
-    learner = PPOLearner(policy, train_config(), torch.device("cpu"))
+    learner = PPOLearner(policy, train_config(decoupled_clip=decoupled_clip), torch.device("cpu"))
     before = action_one_probability(policy)
     generator = torch.Generator().manual_seed(0)
     for iteration in range(8):
@@ -52,6 +53,27 @@ def test_first_iteration_on_fresh_behaviour_data_starts_at_ratio_one():
     assert metrics["ppo/ratio_mean"] == pytest.approx(1.0, abs=1e-4)
     assert metrics["ppo/approx_kl"] == pytest.approx(0.0, abs=1e-6)
     assert metrics["ppo/clip_fraction"] == 0.0
+    assert metrics["ppo/behaviour_kl"] == pytest.approx(0.0, abs=1e-6)
+    assert metrics["ppo/behaviour_clip_fraction"] == 0.0
+
+
+@pytest.mark.parametrize("decoupled_clip", [False, True])
+def test_stale_behaviour_data_is_measured_and_decoupled_clip_starts_at_the_proximal_policy(decoupled_clip):
+    """Data acted by an older policy: the trust region against the behaviour is partly spent before the
+    iteration moves; decoupled PPO's ratio starts at one (the learner's own policy) instead."""
+    torch.manual_seed(5)
+    policy = mlp_policy_generator(obs_dim=4, num_actions=2)
+    fragments = bandit_fragments(policy, 8, 8, np.random.default_rng(5))
+    with torch.no_grad():  # the learner has moved on since these steps were acted
+        policy.pi_head.linear_layer.weight.add_(torch.randn_like(policy.pi_head.linear_layer.weight) * 3.0)
+    config = train_config(epochs_per_iteration=1, learning_rate=1e-9, decoupled_clip=decoupled_clip)
+    learner = PPOLearner(policy, config, torch.device("cpu"))
+    metrics = learner.iteration(fragments, 0, 1, torch.Generator().manual_seed(0))
+    assert metrics["ppo/behaviour_kl"] > 0.01 and metrics["ppo/behaviour_clip_fraction"] > 0.1
+    if decoupled_clip:
+        assert metrics["ppo/ratio_mean"] == pytest.approx(1.0, abs=1e-4) and metrics["ppo/clip_fraction"] == 0.0
+    else:
+        assert metrics["ppo/clip_fraction"] == pytest.approx(metrics["ppo/behaviour_clip_fraction"], abs=1e-6)
 
 
 def test_nan_in_the_data_skips_the_step_and_leaves_weights_untouched():
@@ -81,6 +103,8 @@ def test_recurrent_policy_trains_on_image_fragments_with_windows():
     before = [p.clone() for p in policy.parameters()]
     metrics = learner.iteration(frag, 0, 0, torch.Generator().manual_seed(0))
     assert metrics["ppo/ratio_mean"] == pytest.approx(1.0, abs=1e-4), "re-evaluation must reproduce behaviour"
+    # the proximal log-probs, evaluated over L+1 steps in windows, line up with the actions that were taken
+    assert metrics["ppo/behaviour_kl"] == pytest.approx(0.0, abs=1e-6)
     assert metrics["loss/kl_reference"] == pytest.approx(0.0, abs=1e-6)
     assert any(not torch.equal(a, b) for a, b in zip(before, policy.parameters()))
     assert learner.rho == pytest.approx(0.1 * 0.9995)

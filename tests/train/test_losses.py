@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from craftrl.train.losses import (advantage_moments, clipped_policy_loss, explained_variance_from_sums,
-                                  masked_mean, normalize_advantages, value_loss)
+                                  masked_mean, normalize_advantages, proximal_weights, value_loss)
 
 ALL = torch.ones(3, dtype=torch.bool)
 
@@ -36,6 +36,22 @@ def test_mask_excludes_steps_and_log_ratio_is_clamped_on_both_sides():
     assert result.loss.item() == pytest.approx((-ratio_low - 1.0) / 2, abs=1e-6)
     result.loss.backward()
     assert torch.isfinite(new.grad).all() and new.grad[0] == 0
+
+
+def test_decoupled_loss_clips_against_the_proximal_policy_and_weights_by_truncated_ratio():
+    behaviour = torch.log(torch.tensor([0.5, 0.5, 0.5]))
+    proximal = torch.log(torch.tensor([0.75, 0.25, 0.5]))  # the learner already moved before this iteration
+    weights = proximal_weights(proximal, behaviour, max_weight=1.2)
+    torch.testing.assert_close(weights, torch.tensor([1.2, 0.5, 1.0]))  # 1.5 truncated to 1.2
+    new = torch.log(torch.tensor([0.75, 0.25, 0.55]))  # ratios to proximal: 1, 1, 1.1
+    adv = torch.tensor([1.0, -2.0, 3.0])
+    result = clipped_policy_loss(new, proximal, adv, ALL, clip=0.2, log_ratio_range=50, weights=weights)
+    # per step weight * max(-A r, -A clip(r)): 1.2 * -1; 0.5 * 2; 1.0 * -3.3 -- nothing is clipped yet, whereas
+    # against the behaviour policy the first two steps would already be outside the trust region
+    assert result.loss.item() == pytest.approx((-1.2 + 1.0 - 3.3) / 3, abs=1e-6)
+    assert result.clip_fraction.item() == 0.0
+    behaviour_result = clipped_policy_loss(new, behaviour, adv, ALL, clip=0.2, log_ratio_range=50)
+    assert behaviour_result.clip_fraction.item() == pytest.approx(2 / 3)
 
 
 def test_value_loss_plain_and_clipped():
