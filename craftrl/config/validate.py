@@ -168,6 +168,12 @@ def cross_field_problems(config: OnlineConfig) -> list[str]:
             "train_config.resources_per_worker: expected train_config.num_workers >= 1, got num_workers=0; in "
             "local mode the learner runs in the driver, which Ray does not place"
         )
+    fragment_length = config.rollout_config.fragment_length
+    if train.minibatch_window and fragment_length % train.minibatch_window:
+        problems.append(
+            f"train_config.minibatch_window: expected a divisor of rollout_config.fragment_length "
+            f"({fragment_length}), got {train.minibatch_window}; fragments are cut into equal sequences"
+        )
     if train.resume == "":
         problems.append("train_config.resume: expected a checkpoint path, 'latest' or null, got ''")
     buffer = config.rollout_config.replay_buffer_config

@@ -61,6 +61,9 @@ class Batch:
     returns: torch.Tensor | None = None  # [B, L], return units
     old_values: torch.Tensor | None = None  # [B, L], return units
     proximal_logp: torch.Tensor | None = None  # [B, L]: log-prob under the learner's weights at iteration start
+    reference_state_in: Any = None  # the KL reference's state, when it differs from ``state_in``
+    window_states: list | None = None  # with ``minibatch_window``: the state at each window start
+    reference_window_states: list | None = None
 
     @property
     def length(self) -> int:
@@ -89,6 +92,43 @@ def collate(fragments: Sequence[Fragment], rows: np.ndarray, device: torch.devic
 
 def slice_time(tree: Any, start: int, end: int) -> Any:
     return tree_map(lambda t: t[:, start:end], tree)
+
+
+def _concat_rows(trees: Sequence[Any]) -> Any:
+    return None if trees[0] is None else merge_states(list(trees))
+
+
+def cut_sequences(batches: Sequence[Batch], window: int) -> Batch:
+    """Every fragment cut into ``window``-step sequences, all of them rows of one Batch.
+
+    Each sequence starts from the state ``evaluate`` recorded at its first step, so minibatches can mix
+    sequences of any fragments and times (``minibatch_window``).
+    """
+    parts = []
+    for batch in batches:
+        for number, start in enumerate(range(0, batch.length, window)):
+            end = start + window
+            reference_states = batch.reference_window_states
+            parts.append(Batch(
+                fragments=[], obs=slice_time(batch.obs, start, end), first=batch.first[:, start:end],
+                action=slice_time(batch.action, start, end), behaviour_logp=batch.behaviour_logp[:, start:end],
+                state_in=batch.window_states[number], rows=batch.rows,
+                advantages=batch.advantages[:, start:end], returns=batch.returns[:, start:end],
+                old_values=batch.old_values[:, start:end], proximal_logp=batch.proximal_logp[:, start:end],
+                reference_state_in=reference_states[number] if reference_states else None))
+    fields = ("obs", "first", "action", "behaviour_logp", "state_in", "advantages", "returns", "old_values",
+              "proximal_logp", "reference_state_in")
+    joined = {name: _concat_rows([getattr(part, name) for part in parts]) for name in fields}
+    return Batch(fragments=[], rows=np.concatenate([part.rows for part in parts]), **joined)
+
+
+def select_rows(batch: Batch, rows: torch.Tensor) -> Batch:
+    pick = lambda tree: tree_map(lambda t: t[rows.to(t.device)], tree)  # noqa: E731
+    return Batch(fragments=[], obs=pick(batch.obs), first=pick(batch.first), action=pick(batch.action),
+                 behaviour_logp=pick(batch.behaviour_logp), state_in=pick(batch.state_in),
+                 rows=batch.rows[rows.numpy()], advantages=pick(batch.advantages), returns=pick(batch.returns),
+                 old_values=pick(batch.old_values), proximal_logp=pick(batch.proximal_logp),
+                 reference_state_in=pick(batch.reference_state_in))
 
 
 def zero_value_output(policy: torch.nn.Module) -> bool:
@@ -148,11 +188,26 @@ class PPOLearner:
     @torch.no_grad()
     def evaluate(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         """Values (return units) of all L+1 observations and log-probs of the L actions, with the weights at
-        the start of the iteration, from the stored state carried across windows."""
-        state, values, logps = batch.state_in, [], []
+        the start of the iteration, from the stored state carried across windows.
+
+        With ``minibatch_window`` it also records on ``batch`` the state at the start of every window of that
+        many steps (and the KL reference's, when there is one): where the shuffled sequences start."""
+        cfg = self.config
+        record = cfg.minibatch_window > 0
+        with_reference = record and self.reference is not None and self.rho > 0
+        state = reference_state = batch.state_in
+        values, logps = [], []
+        batch.window_states, batch.reference_window_states = ([], []) if record else (None, None)
         length = batch.length
-        for start in range(0, length + 1, self.config.context_length):
-            end = min(start + self.config.context_length, length + 1)
+        step = cfg.minibatch_window if record else cfg.context_length
+        for start in range(0, length + 1, step):
+            end = min(start + step, length + 1)
+            if record and start < length:
+                batch.window_states.append(state)
+                if with_reference:
+                    batch.reference_window_states.append(reference_state)
+                    _, reference_state = self.reference(input=slice_time(batch.obs, start, end),
+                                                        state_in=reference_state, first=batch.first[:, start:end])
             with self._autocast():
                 # the unwrapped policy: parameters are identical on every rank and no collective is needed
                 latents, state = self.policy(input=slice_time(batch.obs, start, end), state_in=state,
@@ -210,18 +265,29 @@ class PPOLearner:
         spread = math.sqrt(max(total_sq / count - mean ** 2, 0.0))
         self.policy.value_head.update(torch.tensor([mean + spread, mean - spread], device=returns.device))
 
+    def epoch_batches(self, batches: list[Batch], sequences: Batch | None,
+                      generator: torch.Generator) -> list[Batch]:
+        """One epoch's minibatches: the fragment batches in a new order, or -- with ``minibatch_window`` -- as
+        many minibatches of sequences drawn afresh from all fragments."""
+        order = torch.randperm(len(batches), generator=generator)
+        if sequences is None:
+            return [batches[i] for i in order.tolist()]
+        shuffled = torch.randperm(len(sequences.rows), generator=generator)
+        return [select_rows(sequences, rows) for rows in torch.tensor_split(shuffled, len(batches))]
+
     def train_epochs(self, batches: list[Batch], iteration: int, generator: torch.Generator) -> dict[str, float]:
         cfg = self.config
         warmup = iteration < cfg.vf_warmup
         sums: dict[str, float] = {}
         count = 0
         grad_norms, skipped = [], 0
+        sequences = cut_sequences(batches, cfg.minibatch_window) if cfg.minibatch_window else None
         for _ in range(cfg.epochs_per_iteration):
-            order = torch.randperm(len(batches), generator=generator).tolist()
+            epoch = self.epoch_batches(batches, sequences, generator)
             self.optimizer.zero_grad(set_to_none=True)
-            for position, batch_index in enumerate(order):
-                closes_group = (position + 1) % cfg.gradient_accumulation == 0 or position == len(order) - 1
-                for name, value in self._train_batch(batches[batch_index], warmup, closes_group).items():
+            for position, batch in enumerate(epoch):
+                closes_group = (position + 1) % cfg.gradient_accumulation == 0 or position == len(epoch) - 1
+                for name, value in self._train_batch(batch, warmup, closes_group).items():
                     sums[name] = sums.get(name, 0.0) + value
                 count += 1
                 if closes_group:
@@ -240,7 +306,7 @@ class PPOLearner:
         cfg = self.config
         length = batch.length
         state = batch.state_in
-        reference_state = batch.state_in
+        reference_state = batch.state_in if batch.reference_state_in is None else batch.reference_state_in
         value_head = self.policy.value_head
         old_values = value_head.normalize(batch.old_values) if cfg.use_normalized_vf else batch.old_values
         targets = value_head.normalize(batch.returns) if cfg.use_normalized_vf else batch.returns

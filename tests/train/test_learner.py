@@ -10,7 +10,7 @@ from craftrl.config import build_config
 from craftrl.policies import default_policy_generator, mlp_policy_generator
 from craftrl.train.checkpoint import (TrainingState, apply_retention, checkpoints_to_delete, list_checkpoints,
                                       load_checkpoint, resolve_resume, save_checkpoint)
-from craftrl.train.learner import PPOLearner
+from craftrl.train.learner import PPOLearner, cut_sequences
 from train_fragments import bandit_fragments
 
 
@@ -18,7 +18,8 @@ def train_config(**overrides):
     base = {"learning_rate": 0.01, "batch_size_per_gpu": 4, "context_length": 4, "epochs_per_iteration": 2,
             "entropy_bonus_coef": 0.0, "max_grad_norm": 1.0, "discount": 0.9}
     base.update(overrides)
-    return build_config({"train_config": base}).train_config
+    # fragments here are 6-10 steps; the rollout's fragment length only matters to the minibatch_window check
+    return build_config({"train_config": base, "rollout_config": {"fragment_length": 30}}).train_config
 
 
 def action_one_probability(policy) -> float:
@@ -27,12 +28,13 @@ def action_one_probability(policy) -> float:
     return float(latents["pi_logits"].exp()[..., 1].mean())
 
 
-@pytest.mark.parametrize("decoupled_clip", [False, True])
-def test_ppo_learns_the_rewarding_action(decoupled_clip):
+@pytest.mark.parametrize("decoupled_clip, minibatch_window", [(False, 0), (True, 0), (False, 1), (False, 5)])
+def test_ppo_learns_the_rewarding_action(decoupled_clip, minibatch_window):
     torch.manual_seed(0)
     rng = np.random.default_rng(0)
     policy = mlp_policy_generator(obs_dim=4, num_actions=2)
-    learner = PPOLearner(policy, train_config(decoupled_clip=decoupled_clip), torch.device("cpu"))
+    config = train_config(decoupled_clip=decoupled_clip, minibatch_window=minibatch_window)
+    learner = PPOLearner(policy, config, torch.device("cpu"))
     before = action_one_probability(policy)
     generator = torch.Generator().manual_seed(0)
     for iteration in range(8):
@@ -91,23 +93,42 @@ def test_nan_in_the_data_skips_the_step_and_leaves_weights_untouched():
             torch.testing.assert_close(value, before[name], msg=name)
 
 
-def test_recurrent_policy_trains_on_image_fragments_with_windows():
+@pytest.mark.parametrize("minibatch_window", [0, 2, 3])
+def test_recurrent_policy_trains_on_image_fragments_with_windows(minibatch_window):
     torch.manual_seed(3)
     policy = default_policy_generator(num_actions=3, image_shape=(64, 64, 3), hidden_size=32, channels=(8, 8, 8))
     rng = np.random.default_rng(3)
     frag = bandit_fragments(policy, 2, 6, rng, obs_fn=lambda: {"image": rng.integers(0, 255, (64, 64, 3), np.uint8)},
                             episode_length=4)
     learner = PPOLearner(policy, train_config(batch_size_per_gpu=2, context_length=4, epochs_per_iteration=1,
-                                              kl_divergence_coef_rho=0.1),
+                                              kl_divergence_coef_rho=0.1, minibatch_window=minibatch_window),
                          torch.device("cpu"), reference=PPOLearner.make_reference(policy))
     before = [p.clone() for p in policy.parameters()]
     metrics = learner.iteration(frag, 0, 0, torch.Generator().manual_seed(0))
+    # sequences cut at any step start from the recorded state, so they reproduce the behaviour too
     assert metrics["ppo/ratio_mean"] == pytest.approx(1.0, abs=1e-4), "re-evaluation must reproduce behaviour"
     # the proximal log-probs, evaluated over L+1 steps in windows, line up with the actions that were taken
     assert metrics["ppo/behaviour_kl"] == pytest.approx(0.0, abs=1e-6)
     assert metrics["loss/kl_reference"] == pytest.approx(0.0, abs=1e-6)
     assert any(not torch.equal(a, b) for a, b in zip(before, policy.parameters()))
     assert learner.rho == pytest.approx(0.1 * 0.9995)
+
+
+def test_sequence_minibatches_cover_every_step_once_per_epoch_and_mix_fragments():
+    torch.manual_seed(6)
+    policy = default_policy_generator(num_actions=3, image_shape=(64, 64, 3), hidden_size=16, channels=(4, 4, 4))
+    rng = np.random.default_rng(6)
+    fragments = bandit_fragments(policy, 8, 6, rng, episode_length=4,
+                                 obs_fn=lambda: {"image": rng.integers(0, 255, (64, 64, 3), np.uint8)})
+    learner = PPOLearner(policy, train_config(batch_size_per_gpu=2, minibatch_window=2), torch.device("cpu"))
+    batches = learner.prepare(fragments)
+    sequences = cut_sequences(batches, 2)
+    assert len(sequences.rows) == 8 * 3 and sequences.obs["image"].shape[:2] == (24, 2)
+    epoch = learner.epoch_batches(batches, sequences, torch.Generator().manual_seed(0))
+    assert len(epoch) == len(batches) == 4, "as many optimiser steps as with whole fragments"
+    seen = torch.cat([b.advantages.reshape(-1) for b in epoch]).sort().values
+    torch.testing.assert_close(seen, torch.cat([b.advantages.reshape(-1) for b in batches]).sort().values)
+    assert any(len(set(b.rows.tolist())) > 1 for b in epoch), "minibatches mix sequences of different fragments"
 
 
 def test_checkpoint_round_trip_restores_everything(tmp_path):
