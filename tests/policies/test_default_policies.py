@@ -37,17 +37,37 @@ def _images(seed: int = 0, size: int = 64) -> dict[str, torch.Tensor]:
     return {"image": torch.randint(0, 256, (BATCH, TIME, size, size, 3), dtype=torch.uint8, generator=gen)}
 
 
-RECURRENT_VARIANTS = [("impala", "lstm", (16, 32, 32)), ("impala", "gru", (16, 32, 32)),
-                      ("nature", "lstm", (32, 64, 64)), ("nature", "gru", (16, 32, 32))]
+RECURRENT_VARIANTS = [("impala", "lstm", (16, 32, 32), False), ("impala", "gru", (16, 32, 32), False),
+                      ("nature", "lstm", (32, 64, 64), False), ("nature", "gru", (16, 32, 32), False),
+                      ("nature", "lstm", (16, 32, 32), True)]
 
 
-@pytest.fixture(scope="module", params=RECURRENT_VARIANTS, ids=["-".join(v[:2]) for v in RECURRENT_VARIANTS])
+@pytest.fixture(scope="module", params=RECURRENT_VARIANTS,
+                ids=["-".join(v[:2]) + ("-norm" if v[3] else "") for v in RECURRENT_VARIANTS])
 def impala_policy(request):
-    encoder, recurrent, channels = request.param
+    encoder, recurrent, channels, feature_norm = request.param
     torch.manual_seed(0)
-    policy = default_policy_generator(recurrent=recurrent, encoder=encoder, channels=channels).eval()
-    policy.build_kwargs = {"recurrent": recurrent, "encoder": encoder, "channels": channels}
+    policy = default_policy_generator(recurrent=recurrent, encoder=encoder, channels=channels,
+                                      feature_norm=feature_norm).eval()
+    policy.build_kwargs = {"recurrent": recurrent, "encoder": encoder, "channels": channels,
+                           "feature_norm": feature_norm}
     return policy
+
+
+@pytest.mark.parametrize("feature_norm", [False, True])
+def test_feature_norm_makes_the_core_blind_to_the_feature_scale(feature_norm):
+    """The failure it guards against: features grown 10x saturate the LSTM's gates. With the norm, scaling
+    the MLP's output by 10 changes nothing the core sees; without it, the outputs change."""
+    torch.manual_seed(0)
+    policy = default_policy_generator(encoder="nature", feature_norm=feature_norm).eval()
+    images, first = _images(), _first_with_mid_episode_starts()
+    before, _ = policy(input=images, state_in=policy.initial_state(BATCH), first=first)
+    with torch.no_grad():
+        policy.mlp.weight.mul_(10.0)
+        policy.mlp.bias.mul_(10.0)
+    after, _ = policy(input=images, state_in=policy.initial_state(BATCH), first=first)
+    same = torch.allclose(before["latent"], after["latent"], atol=1e-4)
+    assert same == feature_norm
 
 
 def test_impala_parameter_count_in_range():
