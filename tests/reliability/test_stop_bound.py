@@ -1,0 +1,53 @@
+"""A stop is bounded: actors that never answer their shutdown calls are killed when the stop's time is up.
+
+Ctrl-C must not hang on one wedged actor (docs/reliability.md promises a bound). The hung actors here are real
+Ray actors registered under the rollout system's names, so ``stop_rollout_system`` finds and stops them exactly
+as it would the real ones.
+"""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from craftrl.rollout.start import MANAGER_NAME, REPLAY_FINAL_S, REPLAY_NAME, stop_rollout_system
+
+pytestmark = pytest.mark.ray
+
+
+class HungActor:
+    """Answers ``ping``; every call the stop makes never returns."""
+
+    def ping(self) -> bool:
+        return True
+
+    def shutdown(self, timeout: float) -> dict:
+        time.sleep(3600)
+        return {}
+
+    def flush_deletes(self) -> None:
+        time.sleep(3600)
+
+
+@pytest.mark.timeout(120)  # an unbounded stop would wait on the hung calls for an hour
+def test_a_stop_kills_actors_that_never_answer_within_its_bound(ray_session):
+    ray = ray_session
+    hung = ray.remote(HungActor)
+    manager = hung.options(name=MANAGER_NAME, max_concurrency=4).remote()
+    replay = hung.options(name=REPLAY_NAME, max_concurrency=4).remote()
+    ray.get([manager.ping.remote(), replay.ping.remote()])
+
+    started = time.monotonic()
+    accounting = stop_rollout_system(timeout=4.0)
+    elapsed = time.monotonic() - started
+
+    # the manager gets the whole bound, the replay buffer its final few seconds after it, and no more
+    assert 3.5 <= accounting["stop/rollout_manager_s"] <= 6.0, accounting
+    assert REPLAY_FINAL_S - 0.5 <= accounting["stop/replay_buffer_s"] <= REPLAY_FINAL_S + 2.0, accounting
+    assert elapsed <= 4.0 + REPLAY_FINAL_S + 3.0
+    for actor in (manager, replay):
+        with pytest.raises(ray.exceptions.RayActorError):
+            ray.get(actor.ping.remote(), timeout=30)
+    for name in (MANAGER_NAME, REPLAY_NAME):
+        with pytest.raises(ValueError):
+            ray.get_actor(name)
