@@ -53,10 +53,12 @@ def test_default_config_is_valid_and_its_policy_acts():
 
 def test_crafter_score_config_is_the_default_on_the_full_game():
     """bench/crafter_score.py (P6) trains craftrl.configs.crafter_score: the default's policy and PPO settings,
-    with the minibatching of the run that produced the recorded score."""
+    with the minibatching and learning rate of the run that produced the recorded score."""
     loaded = load_config("craftrl.configs.crafter_score")
     default = load_config("craftrl.configs.default")
-    assert loaded.online.train_config.learning_rate == default.online.train_config.learning_rate
+    assert loaded.online.train_config.entropy_bonus_coef == default.online.train_config.entropy_bonus_coef
+    assert loaded.online.train_config.advantage_std_floor == default.online.train_config.advantage_std_floor
+    assert loaded.online.train_config.learning_rate == 5e-4
     assert loaded.online.train_config.num_iterations * 1024 >= 1_000_000
     assert (loaded.online.train_config.batch_size_per_gpu, loaded.online.train_config.batches_per_iteration) == (2, 8)
     env = loaded.env_generator()
