@@ -42,9 +42,9 @@ def test_a_stop_kills_actors_that_never_answer_within_its_bound(ray_session):
     elapsed = time.monotonic() - started
 
     # the manager gets the whole bound, the replay buffer its final few seconds after it, and no more
-    assert 3.5 <= accounting["stop/rollout_manager_s"] <= 6.0, accounting
-    assert REPLAY_FINAL_S - 0.5 <= accounting["stop/replay_buffer_s"] <= REPLAY_FINAL_S + 2.0, accounting
-    assert elapsed <= 4.0 + REPLAY_FINAL_S + 3.0
+    assert 3.5 <= accounting["stop/rollout_manager_s"] <= 7.0, accounting
+    assert REPLAY_FINAL_S - 0.5 <= accounting["stop/replay_buffer_s"] <= REPLAY_FINAL_S + 3.0, accounting
+    assert elapsed <= 4.0 + REPLAY_FINAL_S + 5.0  # slack for a loaded CI machine
     for actor in (manager, replay):
         with pytest.raises(ray.exceptions.RayActorError):
             ray.get(actor.ping.remote(), timeout=30)
