@@ -34,7 +34,13 @@ LONG = {"peers.py", "crafter_score.py"}
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--skip-long", action="store_true", help=f"skip the benchmarks that take hours: {sorted(LONG)}")
+    parser.add_argument("--rebuild-only", action="store_true",
+                        help="run nothing: rebuild BENCHMARKS.md from bench/results and bench/notes after one script "
+                             "re-measured or a note changed (the previous headlines and date line stay)")
     args = parser.parse_args()
+    if args.rebuild_only:
+        write_benchmarks_md([])
+        return 0
     headlines, failures = [], []
     for script, *arguments in SCRIPTS:
         path = BENCH / script
@@ -67,20 +73,24 @@ def trailing_headlines(lines: list[str]) -> list[str]:
 
 
 def write_benchmarks_md(headlines: list[str]) -> None:
+    """Without headlines (a partial rebuild) the previous headlines and date line stay: nothing was run in full,
+    and the date line is where a person says which sections a partial re-measurement refreshed."""
     # measured sections (rewritten by the scripts), then hand-written analysis that explains them
     sections = [p.read_text().strip() for p in sorted((BENCH / "results").glob("*.md"))]
     sections += [p.read_text().strip() for p in sorted((BENCH / "notes").glob("*.md"))]
+    previous = (ROOT / "BENCHMARKS.md").read_text().splitlines() if (ROOT / "BENCHMARKS.md").exists() else []
+    date_line = f"Last full run: {datetime.date.today().isoformat()}, {os.cpu_count()} cores."
+    if not headlines:
+        date_line = next((line for line in previous if line.startswith(("Last full run:", "Last rebuilt"))), date_line)
+        headlines = [line for line in previous if line.startswith("- `")]
     header = [
         "# Benchmarks",
         "",
         "Rebuilt by `make bench` (`python bench/run_all.py`); each section names the command that produced it.",
-        f"Last full run: {datetime.date.today().isoformat()}, {os.cpu_count()} cores.",
+        date_line,
         "Numbers come from noisy shared 2-core VMs: compare ratios measured within one run, not across runs.",
         "",
     ]
-    if not headlines:  # a partial rebuild keeps the previous headlines
-        previous = (ROOT / "BENCHMARKS.md").read_text() if (ROOT / "BENCHMARKS.md").exists() else ""
-        headlines = [line for line in previous.splitlines() if line.startswith("- `")]
     if headlines:
         header += ["## Headlines (last run)", "", *headlines, ""]
     (ROOT / "BENCHMARKS.md").write_text("\n".join(header + sections) + "\n")
