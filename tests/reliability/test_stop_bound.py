@@ -14,6 +14,8 @@ from craftrl.rollout.start import MANAGER_NAME, REPLAY_FINAL_S, REPLAY_NAME, sto
 
 pytestmark = pytest.mark.ray
 
+BOUND_S = 4.0  # the stop's whole time limit in this test (75 s in a real run)
+
 
 class HungActor:
     """Answers ``ping``; every call the stop makes never returns."""
@@ -23,7 +25,7 @@ class HungActor:
 
     def shutdown(self, timeout: float) -> dict:
         time.sleep(3600)
-        return {}
+        return {}  # never reached
 
     def flush_deletes(self) -> None:
         time.sleep(3600)
@@ -38,13 +40,13 @@ def test_a_stop_kills_actors_that_never_answer_within_its_bound(ray_session):
     ray.get([manager.ping.remote(), replay.ping.remote()])
 
     started = time.monotonic()
-    accounting = stop_rollout_system(timeout=4.0)
+    accounting = stop_rollout_system(timeout=BOUND_S)
     elapsed = time.monotonic() - started
 
     # the manager gets the whole bound, the replay buffer its final few seconds after it, and no more
-    assert 3.5 <= accounting["stop/rollout_manager_s"] <= 7.0, accounting
+    assert BOUND_S - 0.5 <= accounting["stop/rollout_manager_s"] <= BOUND_S + 3.0, accounting
     assert REPLAY_FINAL_S - 0.5 <= accounting["stop/replay_buffer_s"] <= REPLAY_FINAL_S + 3.0, accounting
-    assert elapsed <= 4.0 + REPLAY_FINAL_S + 5.0  # slack for a loaded CI machine
+    assert elapsed <= BOUND_S + REPLAY_FINAL_S + 5.0  # slack for a loaded CI machine
     for actor in (manager, replay):
         with pytest.raises(ray.exceptions.RayActorError):
             ray.get(actor.ping.remote(), timeout=30)
