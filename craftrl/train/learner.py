@@ -29,6 +29,7 @@ import torch.distributed as dist
 from craftrl.config.schema import TrainConfig
 from craftrl.policies.state import detach_state, merge_states, state_from_numpy, tree_map
 from craftrl.rollout.fragment import Fragment
+from craftrl.train.coefficients import adapt_entropy_coef
 from craftrl.train.gae import compute_gae, successors
 from craftrl.train.losses import (advantage_moments, clipped_policy_loss, explained_variance_from_sums,
                                   masked_mean, normalize_advantages, proximal_weights, value_loss)
@@ -161,6 +162,7 @@ class PPOLearner:
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.use_amp)
         self.reference = reference
         self.rho = config.kl_divergence_coef_rho
+        self.entropy_coef = config.entropy_bonus_coef  # moves only with entropy_target
         self.skipped_steps = 0
 
     @staticmethod
@@ -346,7 +348,7 @@ class PPOLearner:
                                                                           first=batch.first[:, start:end])
                         kl = masked_mean(head.kl_divergence(logits, ref_latents["pi_logits"]).float(), mask)
                     policy_coef = 0.0 if warmup else cfg.ppo_policy_coef
-                    entropy_coef = 0.0 if warmup else cfg.entropy_bonus_coef
+                    entropy_coef = 0.0 if warmup else self.entropy_coef
                     rho = 0.0 if warmup else self.rho
                     # Zero coefficients still keep every parameter in the graph, which DDP requires.
                     loss = (policy_coef * policy.loss + cfg.ppo_vf_coef * v_loss + rho * kl
@@ -421,7 +423,13 @@ class PPOLearner:
         batches = self.prepare(fragments)
         metrics = self.train_epochs(batches, iteration, generator)
         metrics.update(self._data_metrics(batches, fragments, version))
-        metrics.update({"ppo/learning_rate": lr, "ppo/rho": self.rho,
+        metrics.update({"ppo/learning_rate": lr, "ppo/rho": self.rho, "ppo/entropy_coef": self.entropy_coef,
                         "ppo/skipped_steps_total": float(self.skipped_steps)})
         self.rho *= self.config.coef_rho_decay
+        cfg = self.config
+        if cfg.entropy_target is not None and iteration >= cfg.vf_warmup:
+            # loss/entropy is already averaged over ranks, so every rank moves the coefficient alike
+            self.entropy_coef = adapt_entropy_coef(self.entropy_coef, metrics["loss/entropy"], cfg.entropy_target,
+                                                   cfg.entropy_coef_step, cfg.entropy_bonus_coef,
+                                                   cfg.entropy_coef_max)
         return metrics

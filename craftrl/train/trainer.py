@@ -95,6 +95,9 @@ class _Run:
                                             else None)
         self.learner = PPOLearner(model, train, self.device, reference)
         self.learner.rho = self.state.rho
+        if train.entropy_target is not None:  # an adapted coefficient continues, within today's bounds
+            saved = self.state.extra.get("entropy_coef", train.entropy_bonus_coef)
+            self.learner.entropy_coef = min(max(saved, train.entropy_bonus_coef), train.entropy_coef_max)
         if resumed and train.resume_optimizer and self._payload.get("optimizer"):
             self.learner.optimizer.load_state_dict(self._payload["optimizer"])
             if self._payload.get("scaler"):
@@ -215,6 +218,7 @@ class _Run:
             return
         learner = self.learner
         self.state.rho = learner.rho
+        self.state.extra["entropy_coef"] = learner.entropy_coef
         save_checkpoint(self.train.save_path, self.state, model=learner.policy.state_dict(),
                         optimizer=learner.optimizer.state_dict(),
                         reference=learner.reference.state_dict() if learner.reference is not None else None,

@@ -46,6 +46,32 @@ def test_ppo_learns_the_rewarding_action(decoupled_clip, minibatch_window):
     assert after > 0.85, f"P(rewarding action) went {before:.2f} -> {after:.2f}"
 
 
+def _bandit_entropies(**overrides) -> tuple[list[float], list[float]]:
+    """Entropy and entropy coefficient per iteration while PPO learns the bandit's rewarding action."""
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    policy = mlp_policy_generator(obs_dim=4, num_actions=2)
+    learner = PPOLearner(policy, train_config(**overrides), torch.device("cpu"))
+    generator = torch.Generator().manual_seed(0)
+    entropies, coefs = [], []
+    for iteration in range(16):
+        fragments = bandit_fragments(policy, num_envs=8, length=10, rng=rng, version=iteration)
+        metrics = learner.iteration(fragments, iteration, iteration, generator)
+        entropies.append(metrics["loss/entropy"])
+        coefs.append(metrics["ppo/entropy_coef"])
+    return entropies, coefs
+
+
+def test_entropy_target_raises_the_bonus_until_a_collapsed_policy_recovers():
+    fixed_entropy, fixed_coef = _bandit_entropies(entropy_bonus_coef=0.001)
+    held_entropy, held_coef = _bandit_entropies(entropy_bonus_coef=0.001, entropy_target=0.66,
+                                                entropy_coef_step=3.0, entropy_coef_max=1.0)
+    assert fixed_coef == [0.001] * 16
+    assert fixed_entropy[-1] < 0.05, "without a target the bandit policy becomes deterministic"
+    assert held_coef[:2] == [0.001, 0.001] and held_coef[-1] == 1.0, "the coefficient climbs to its ceiling"
+    assert min(held_entropy) < 0.2 and held_entropy[-1] > 0.4, "the collapse is undone"
+
+
 def test_first_iteration_on_fresh_behaviour_data_starts_at_ratio_one():
     torch.manual_seed(1)
     policy = mlp_policy_generator(obs_dim=4, num_actions=2)

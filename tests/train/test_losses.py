@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from craftrl.train.coefficients import adapt_entropy_coef
 from craftrl.train.losses import (advantage_moments, clipped_policy_loss, explained_variance_from_sums,
                                   masked_mean, normalize_advantages, proximal_weights, value_loss)
 
@@ -109,3 +110,16 @@ def test_advantage_std_floor_keeps_signal_free_batches_small():
     signal_moments = advantage_moments(signal, torch.ones(4, dtype=torch.bool))
     assert torch.allclose(normalize_advantages(signal, signal_moments, std_floor=0.1),
                           normalize_advantages(signal, signal_moments))
+
+
+def test_entropy_coefficient_rises_below_target_and_falls_back_to_the_configured_bonus():
+    bounds = {"target": 1.0, "step": 2.0, "floor": 0.01, "ceiling": 0.05}
+    coef = 0.01
+    rising = []
+    for _ in range(4):
+        coef = adapt_entropy_coef(coef, entropy=0.5, **bounds)
+        rising.append(coef)
+    assert rising == pytest.approx([0.02, 0.04, 0.05, 0.05])  # doubles, then stops at the ceiling
+    assert adapt_entropy_coef(0.05, entropy=1.5, **bounds) == pytest.approx(0.025)
+    assert adapt_entropy_coef(0.015, entropy=1.5, **bounds) == pytest.approx(0.01)  # never below the bonus
+    assert adapt_entropy_coef(0.03, entropy=1.0, **bounds) == pytest.approx(0.03)  # on target: unchanged
