@@ -78,9 +78,9 @@ def write_benchmarks_md(headlines: list[str]) -> None:
     # measured sections (rewritten by the scripts), then hand-written analysis that explains them
     sections = [p.read_text().strip() for p in sorted((BENCH / "results").glob("*.md"))]
     sections += [p.read_text().strip() for p in sorted((BENCH / "notes").glob("*.md"))]
-    previous = (ROOT / "BENCHMARKS.md").read_text().splitlines() if (ROOT / "BENCHMARKS.md").exists() else []
     date_line = f"Last full run: {datetime.date.today().isoformat()}, {os.cpu_count()} cores."
     if not headlines:
+        previous = (ROOT / "BENCHMARKS.md").read_text().splitlines() if (ROOT / "BENCHMARKS.md").exists() else []
         date_line = next((line for line in previous if line.startswith(("Last full run:", "Last rebuilt"))), date_line)
         headlines = [line for line in previous if line.startswith("- `")]
     header = [

@@ -425,8 +425,8 @@ class PPOLearner:
         metrics.update(self._data_metrics(batches, fragments, version))
         metrics.update({"ppo/learning_rate": lr, "ppo/rho": self.rho, "ppo/entropy_coef": self.entropy_coef,
                         "ppo/skipped_steps_total": float(self.skipped_steps)})
-        self.rho *= self.config.coef_rho_decay
         cfg = self.config
+        self.rho *= cfg.coef_rho_decay
         if cfg.entropy_target is not None and iteration >= cfg.vf_warmup:
             # loss/entropy is already averaged over ranks, so every rank moves the coefficient alike
             self.entropy_coef = adapt_entropy_coef(self.entropy_coef, metrics["loss/entropy"], cfg.entropy_target,
