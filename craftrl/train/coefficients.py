@@ -19,3 +19,17 @@ def adapt_entropy_coef(coef: float, entropy: float, target: float, step: float, 
     elif entropy > target:
         coef /= step
     return min(max(coef, floor), ceiling)
+
+
+def scheduled_gae_lambda(iteration: int, final: float, initial: float | None, hold: int, ramp: int) -> float:
+    """GAE lambda for ``iteration``: ``initial`` for ``hold`` iterations, then linear to ``final`` over ``ramp``.
+
+    Why: on the cows task a short credit horizon (lambda 0.65) finds the first kills twice as fast as 0.95,
+    but its policy then settles on pressing `do` where it stands; the long horizon is what credits walking up
+    to a cow. A schedule starts short and ends long. ``initial`` None is no schedule.
+    """
+    if initial is None or iteration >= hold + ramp:
+        return final
+    if iteration < hold:
+        return initial
+    return initial + (final - initial) * (iteration - hold) / ramp

@@ -29,7 +29,7 @@ import torch.distributed as dist
 from craftrl.config.schema import TrainConfig
 from craftrl.policies.state import detach_state, merge_states, state_from_numpy, tree_map
 from craftrl.rollout.fragment import Fragment
-from craftrl.train.coefficients import adapt_entropy_coef
+from craftrl.train.coefficients import adapt_entropy_coef, scheduled_gae_lambda
 from craftrl.train.gae import compute_gae, successors
 from craftrl.train.losses import (advantage_moments, clipped_policy_loss, explained_variance_from_sums,
                                   masked_mean, normalize_advantages, proximal_weights, value_loss)
@@ -222,9 +222,10 @@ class PPOLearner:
                                                          logits).float())
         return self.policy.value_head.denormalize(torch.cat(values, dim=1)), torch.cat(logps, dim=1)
 
-    def prepare(self, fragments: Sequence[Fragment]) -> list[Batch]:
+    def prepare(self, fragments: Sequence[Fragment], gae_lambda: float | None = None) -> list[Batch]:
         """Collate, evaluate, run GAE and normalise: everything before the gradient passes."""
         cfg = self.config
+        gae_lambda = cfg.gae_lambda if gae_lambda is None else gae_lambda
         order = np.arange(len(fragments))
         batches = [collate([fragments[i] for i in order[s:s + cfg.batch_size_per_gpu]],
                            order[s:s + cfg.batch_size_per_gpu], self.device)
@@ -238,7 +239,7 @@ class PPOLearner:
         succ = self._successors = successors([f.env_id for f in fragments], [f.index for f in fragments])
         advantages, returns = compute_gae(stacked["reward"], values[:, :-1], stacked["terminated"],
                                           stacked["truncated"], stacked["final_vpred"], values[:, -1], succ,
-                                          cfg.discount, cfg.gae_lambda)
+                                          cfg.discount, gae_lambda)
         advantages_t = torch.from_numpy(advantages).to(self.device)
         returns_t = torch.from_numpy(returns).to(self.device)
         if cfg.use_normalized_vf:
@@ -418,14 +419,16 @@ class PPOLearner:
     def iteration(self, fragments: Sequence[Fragment], iteration: int, version: int,
                   generator: torch.Generator) -> dict[str, float]:
         """Prepare and train on ``fragments``; returns rank-averaged metrics."""
+        cfg = self.config
         lr = self.set_learning_rate(iteration)
+        gae_lambda = scheduled_gae_lambda(iteration, cfg.gae_lambda, cfg.gae_lambda_initial,
+                                          cfg.gae_lambda_hold_iterations, cfg.gae_lambda_ramp_iterations)
         self.model.train()
-        batches = self.prepare(fragments)
+        batches = self.prepare(fragments, gae_lambda)
         metrics = self.train_epochs(batches, iteration, generator)
         metrics.update(self._data_metrics(batches, fragments, version))
-        metrics.update({"ppo/learning_rate": lr, "ppo/rho": self.rho, "ppo/entropy_coef": self.entropy_coef,
-                        "ppo/skipped_steps_total": float(self.skipped_steps)})
-        cfg = self.config
+        metrics.update({"ppo/learning_rate": lr, "ppo/gae_lambda": gae_lambda, "ppo/rho": self.rho,
+                        "ppo/entropy_coef": self.entropy_coef, "ppo/skipped_steps_total": float(self.skipped_steps)})
         self.rho *= cfg.coef_rho_decay
         if cfg.entropy_target is not None and iteration >= cfg.vf_warmup:
             # loss/entropy is already averaged over ranks, so every rank moves the coefficient alike

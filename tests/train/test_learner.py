@@ -72,6 +72,32 @@ def test_entropy_target_raises_the_bonus_until_a_collapsed_policy_recovers():
     assert min(held_entropy) < 0.2 and held_entropy[-1] > 0.4, "the collapse is undone"
 
 
+def _weights_after_iterations(iterations: int, **overrides) -> tuple[torch.Tensor, list[float]]:
+    """The policy's flattened weights after training on the same bandit data, and each iteration's lambda."""
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    policy = mlp_policy_generator(obs_dim=4, num_actions=2)
+    learner = PPOLearner(policy, train_config(**overrides), torch.device("cpu"))
+    generator = torch.Generator().manual_seed(0)
+    lambdas = []
+    for iteration in range(iterations):
+        fragments = bandit_fragments(policy, num_envs=8, length=10, rng=rng, version=iteration)
+        lambdas.append(learner.iteration(fragments, iteration, iteration, generator)["ppo/gae_lambda"])
+    return torch.cat([p.detach().reshape(-1) for p in policy.parameters()]), lambdas
+
+
+def test_gae_lambda_schedule_trains_with_the_initial_lambda_then_the_final_one():
+    _, lambdas = _weights_after_iterations(2, gae_lambda=1.0, gae_lambda_initial=0.0,
+                                           gae_lambda_hold_iterations=1)
+    assert lambdas == [0.0, 1.0]
+    fixed_initial, _ = _weights_after_iterations(1, gae_lambda=0.0)
+    scheduled_first, _ = _weights_after_iterations(1, gae_lambda=1.0, gae_lambda_initial=0.0,
+                                                   gae_lambda_hold_iterations=1)
+    fixed_final, _ = _weights_after_iterations(1, gae_lambda=1.0)
+    assert torch.equal(scheduled_first, fixed_initial), "the first iteration's GAE used the initial lambda"
+    assert not torch.equal(fixed_final, fixed_initial), "lambda changes the update on this data"
+
+
 def test_first_iteration_on_fresh_behaviour_data_starts_at_ratio_one():
     torch.manual_seed(1)
     policy = mlp_policy_generator(obs_dim=4, num_actions=2)

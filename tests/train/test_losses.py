@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from craftrl.train.coefficients import adapt_entropy_coef
+from craftrl.train.coefficients import adapt_entropy_coef, scheduled_gae_lambda
 from craftrl.train.losses import (advantage_moments, clipped_policy_loss, explained_variance_from_sums,
                                   masked_mean, normalize_advantages, proximal_weights, value_loss)
 
@@ -123,3 +123,10 @@ def test_entropy_coefficient_rises_below_target_and_falls_back_to_the_configured
     assert adapt_entropy_coef(0.05, entropy=1.5, **bounds) == pytest.approx(0.025)
     assert adapt_entropy_coef(0.015, entropy=1.5, **bounds) == pytest.approx(0.01)  # never below the bonus
     assert adapt_entropy_coef(0.03, entropy=1.0, **bounds) == pytest.approx(0.03)  # on target: unchanged
+
+
+def test_gae_lambda_holds_its_initial_value_then_ramps_linearly_to_the_final_one():
+    schedule = [scheduled_gae_lambda(i, final=0.95, initial=0.65, hold=2, ramp=4) for i in range(8)]
+    assert schedule == pytest.approx([0.65, 0.65, 0.65, 0.725, 0.8, 0.875, 0.95, 0.95])
+    assert scheduled_gae_lambda(0, final=0.95, initial=None, hold=2, ramp=4) == 0.95  # no schedule
+    assert scheduled_gae_lambda(3, final=0.95, initial=0.65, hold=3, ramp=0) == 0.95  # a step, no ramp
