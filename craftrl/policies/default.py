@@ -107,13 +107,43 @@ class NatureEncoder(nn.Module):
         return F.relu(self.dense(x.flatten(1)))
 
 
-ENCODERS = {"impala": ImpalaEncoder, "nature": NatureEncoder}
+class TileEncoder(nn.Module):
+    """For grid worlds drawn tile by tile: one convolution per tile (kernel = stride = ``tile_size``), a 3x3
+    convolution over the grid of tiles, then a dense layer over the whole grid.
+
+    Why: Crafter draws its 9x9 grid (a 9x7 map above a 9x2 inventory) in 7-pixel tiles from pixel 0. A strided
+    CNN's receptive fields straddle tiles, so it has to learn what a tile is before what is on it; a
+    tile-aligned first layer sees exactly one tile per position, and the dense layer keeps where each tile is
+    relative to the player. ``channels`` = (per-tile, per-neighbourhood) widths.
+    """
+
+    def __init__(self, image_shape: tuple[int, int, int], channels: tuple[int, ...] = (32, 32),
+                 out_features: int = 256, tile_size: int = 7) -> None:
+        super().__init__()
+        if len(channels) != 2:
+            raise ValueError(f"TileEncoder channels: expected 2 values, got {channels!r}")
+        height, width, in_channels = image_shape
+        rows, columns = height // tile_size, width // tile_size
+        if min(rows, columns) < 1:
+            raise ValueError(f"TileEncoder: image {image_shape[:2]} is smaller than one {tile_size}-pixel tile")
+        self.tile = _orthogonal(nn.Conv2d(in_channels, channels[0], tile_size, tile_size))
+        self.neighbourhood = _orthogonal(nn.Conv2d(channels[0], channels[1], 3, padding=1))
+        self.dense = _orthogonal(nn.Linear(channels[1] * rows * columns, out_features))
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        x = images.permute(0, 3, 1, 2).float().mul_(1.0 / 255.0)
+        x = F.relu(self.neighbourhood(F.relu(self.tile(x))))
+        return F.relu(self.dense(x.flatten(1)))
+
+
+ENCODERS = {"impala": ImpalaEncoder, "nature": NatureEncoder, "tiles": TileEncoder}
 
 
 class ImpalaRecurrentPolicy(Policy):
     """CNN encoder -> MLP (-> LayerNorm) -> LSTM/GRU (or nothing) -> categorical action head + value head.
 
-    The name is historical: ``encoder`` picks the Impala or the Nature CNN. ``recurrent="none"`` gives a
+    The name is historical: ``encoder`` picks the Impala CNN, the Nature CNN or the tile encoder (whose
+    ``tile_size`` is the pixel size of one grid tile). ``recurrent="none"`` gives a
     feed-forward policy whose state is ``{}``. Input ``{"image": uint8 [B, T, H, W, 3]}``; action: long
     ``[B, T]`` in ``[0, num_actions)``.
 
@@ -126,14 +156,15 @@ class ImpalaRecurrentPolicy(Policy):
     def __init__(self, num_actions: int = 17, image_shape: tuple[int, int, int] = (64, 64, 3), *,
                  channels: tuple[int, ...] = (16, 32, 32), hidden_size: int = 256, recurrent: str = "lstm",
                  encoder: str = "impala", image_key: str = "image", value_beta: float = 0.999,
-                 feature_norm: bool = False) -> None:
+                 feature_norm: bool = False, tile_size: int = 7) -> None:
         super().__init__()
         if encoder not in ENCODERS:
             raise ValueError(f"encoder: expected one of {sorted(ENCODERS)}, got {encoder!r}")
         if recurrent not in ("lstm", "gru", "none"):
             raise ValueError(f"recurrent: expected 'lstm', 'gru' or 'none', got {recurrent!r}")
         self.image_key = image_key
-        self.encoder = ENCODERS[encoder](tuple(image_shape), tuple(channels), hidden_size)
+        extra = {"tile_size": tile_size} if encoder == "tiles" else {}
+        self.encoder = ENCODERS[encoder](tuple(image_shape), tuple(channels), hidden_size, **extra)
         self.mlp = _orthogonal(nn.Linear(hidden_size, hidden_size))
         self.feature_norm = nn.LayerNorm(hidden_size) if feature_norm else nn.Identity()
         self.core = ResettableRNN(hidden_size, hidden_size, kind=recurrent) if recurrent != "none" else None

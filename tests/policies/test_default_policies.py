@@ -39,7 +39,7 @@ def _images(seed: int = 0, size: int = 64) -> dict[str, torch.Tensor]:
 
 RECURRENT_VARIANTS = [("impala", "lstm", (16, 32, 32), False), ("impala", "gru", (16, 32, 32), False),
                       ("nature", "lstm", (32, 64, 64), False), ("nature", "gru", (16, 32, 32), False),
-                      ("nature", "lstm", (16, 32, 32), True)]
+                      ("nature", "lstm", (16, 32, 32), True), ("tiles", "lstm", (32, 32), False)]
 
 
 @pytest.fixture(scope="module", params=RECURRENT_VARIANTS,
@@ -85,6 +85,25 @@ def test_nature_encoder_is_the_papers_strided_cnn():
     assert 500_000 <= count <= 1_200_000, count
 
 
+def test_tile_encoder_sees_one_crafter_tile_per_position():
+    """Crafter draws 7-pixel tiles from pixel 0 (a 9x9 grid in 64x64; the last row and column stay blank):
+    a pixel changed inside tile (row 2, column 5) changes the first layer's output there and nowhere else."""
+    torch.manual_seed(0)
+    policy = default_policy_generator(encoder="tiles", channels=(8, 8))
+    assert policy.encoder.dense.in_features == 8 * 9 * 9
+    images = torch.randint(0, 256, (1, 64, 64, 3), dtype=torch.uint8)
+    changed = images.clone()
+    changed[0, 2 * 7 + 6, 5 * 7, :] = 255 - changed[0, 2 * 7 + 6, 5 * 7, :]  # the tile's last row, first column
+
+    def tile_outputs(x: torch.Tensor) -> torch.Tensor:
+        return policy.encoder.tile(x.permute(0, 3, 1, 2).float() / 255.0)[0].detach()
+
+    moved = (tile_outputs(changed) - tile_outputs(images)).abs().amax(dim=0) > 0
+    expected = torch.zeros(9, 9, dtype=torch.bool)
+    expected[2, 5] = True
+    assert torch.equal(moved, expected)
+
+
 def test_feed_forward_variant_has_empty_state_and_independent_steps():
     torch.manual_seed(0)
     policy = default_policy_generator(encoder="nature", channels=(16, 32, 32), recurrent="none").eval()
@@ -97,7 +116,10 @@ def test_feed_forward_variant_has_empty_state_and_independent_steps():
 
 
 @pytest.mark.parametrize("kwargs, message", [({"encoder": "resnet"}, "encoder"), ({"recurrent": "rnn"}, "recurrent"),
-                                             ({"encoder": "nature", "channels": (8, 8)}, "3 values")])
+                                             ({"encoder": "nature", "channels": (8, 8)}, "3 values"),
+                                             ({"encoder": "tiles", "channels": (8, 8, 8)}, "2 values"),
+                                             ({"encoder": "tiles", "channels": (8, 8), "tile_size": 65},
+                                              "smaller than one 65-pixel tile")])
 def test_bad_policy_options_name_the_option(kwargs, message):
     with pytest.raises(ValueError, match=message):
         default_policy_generator(**kwargs)
