@@ -133,6 +133,7 @@ class TrainConfig:
     batches_per_iteration: int = key(4, "Batches each train worker processes per iteration (per epoch).", AT_LEAST_ONE)
     gradient_accumulation: int = key(1, "Batches whose gradients are summed before one optimiser step.", AT_LEAST_ONE)
     minibatch_window: int = key(0, "0: each minibatch holds whole fragments. n > 0: every fragment is cut into sequences of n steps, each starting from the recurrent state of the iteration's first pass, and every epoch shuffles them across the minibatches, so a rare reward reaches every minibatch instead of one (1 shuffles single steps, as feed-forward PPO does).", NON_NEGATIVE)
+    whole_batch_iterations: int = key(0, "For the first this many iterations every epoch is one optimiser step over all of the worker's data (one minibatch), whatever batch_size_per_gpu and minibatch_window say; later iterations use those minibatches. While rewards are rare, most small minibatches hold none of them.", NON_NEGATIVE)
     epochs_per_iteration: int = key(1, "Passes over the iteration's data.", AT_LEAST_ONE)
     context_length: int = key(64, "Truncated-BPTT window: steps per recurrent slice; the state is carried, gradients are not.", AT_LEAST_ONE)
     discount: float = key(0.99, "Discount factor gamma.", UNIT_INTERVAL)

@@ -117,6 +117,11 @@ def cut_sequences(batches: Sequence[Batch], window: int) -> Batch:
                 advantages=batch.advantages[:, start:end], returns=batch.returns[:, start:end],
                 old_values=batch.old_values[:, start:end], proximal_logp=batch.proximal_logp[:, start:end],
                 reference_state_in=reference_states[number] if reference_states else None))
+    return merge_batches(parts)
+
+
+def merge_batches(parts: Sequence[Batch]) -> Batch:
+    """The rows of all ``parts`` (same length) as one Batch: what one optimiser step over all of them sees."""
     fields = ("obs", "first", "action", "behaviour_logp", "state_in", "advantages", "returns", "old_values",
               "proximal_logp", "reference_state_in")
     joined = {name: _concat_rows([getattr(part, name) for part in parts]) for name in fields}
@@ -285,8 +290,11 @@ class PPOLearner:
         count = 0
         grad_norms, skipped = [], 0
         sequences = cut_sequences(batches, cfg.minibatch_window) if cfg.minibatch_window else None
+        whole = None
+        if iteration < cfg.whole_batch_iterations and len(batches) > 1:
+            whole = sequences if sequences is not None else merge_batches(batches)
         for _ in range(cfg.epochs_per_iteration):
-            epoch = self.epoch_batches(batches, sequences, generator)
+            epoch = [whole] if whole is not None else self.epoch_batches(batches, sequences, generator)
             self.optimizer.zero_grad(set_to_none=True)
             for position, batch in enumerate(epoch):
                 closes_group = (position + 1) % cfg.gradient_accumulation == 0 or position == len(epoch) - 1

@@ -98,6 +98,28 @@ def test_gae_lambda_schedule_trains_with_the_initial_lambda_then_the_final_one()
     assert not torch.equal(fixed_final, fixed_initial), "lambda changes the update on this data"
 
 
+@pytest.mark.parametrize("minibatch_window", [0, 5])
+def test_whole_batch_iterations_take_one_step_per_epoch_over_all_the_data(minibatch_window):
+    """8 fragments in batches of 4: a whole-batch iteration is 1 optimiser step per epoch, and trains exactly as
+    one batch of all 8 fragments does; after it, 2 minibatches per epoch again."""
+    whole, _ = _weights_after_iterations(1, whole_batch_iterations=1, minibatch_window=minibatch_window)
+    one_batch, _ = _weights_after_iterations(1, batch_size_per_gpu=8, minibatch_window=minibatch_window)
+    split, _ = _weights_after_iterations(1, minibatch_window=minibatch_window)
+    assert torch.allclose(whole, one_batch, atol=1e-6)
+    assert not torch.allclose(whole, split, atol=1e-4)
+    torch.manual_seed(0)
+    policy = mlp_policy_generator(obs_dim=4, num_actions=2)
+    learner = PPOLearner(policy, train_config(whole_batch_iterations=1, minibatch_window=minibatch_window),
+                         torch.device("cpu"))
+    rng, generator = np.random.default_rng(0), torch.Generator().manual_seed(0)
+    steps = []
+    for iteration in range(2):
+        learner.iteration(bandit_fragments(policy, num_envs=8, length=10, rng=rng, version=iteration), iteration,
+                          iteration, generator)
+        steps.append(int(learner.optimizer.state[policy.pi_head.linear_layer.weight]["step"]))
+    assert steps == [2, 2 + 2 * 2]  # 2 epochs: 1 step each, then 2 minibatches each
+
+
 def test_first_iteration_on_fresh_behaviour_data_starts_at_ratio_one():
     torch.manual_seed(1)
     policy = mlp_policy_generator(obs_dim=4, num_actions=2)
