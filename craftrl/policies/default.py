@@ -143,8 +143,8 @@ class ImpalaRecurrentPolicy(Policy):
     """CNN encoder -> MLP (-> LayerNorm) -> LSTM/GRU (or nothing) -> categorical action head + value head.
 
     The name is historical: ``encoder`` picks the Impala CNN, the Nature CNN or the tile encoder (whose
-    ``tile_size`` is the pixel size of one grid tile). ``recurrent="none"`` gives a
-    feed-forward policy whose state is ``{}``. Input ``{"image": uint8 [B, T, H, W, 3]}``; action: long
+    ``tile_size`` is the pixel size of one grid tile). ``recurrent="none"`` gives a feed-forward policy whose
+    state is ``{}``. Input ``{"image": uint8 [B, T, H, W, 3]}``; action: long
     ``[B, T]`` in ``[0, num_actions)``.
 
     ``feature_norm`` puts a LayerNorm between the MLP and the core. Nothing else bounds the scale of the

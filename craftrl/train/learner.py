@@ -5,13 +5,14 @@ The iteration, top to bottom:
 1. collate fragments into batches of ``batch_size_per_gpu`` (observations get ``next_obs`` appended as step L);
 2. evaluate values with the current weights over L+1 steps from each fragment's stored state (per-sample
    state, so any batch size works -- MineStudio bootstraps with the whole batch's state);
-3. GAE over all of this rank's fragments, chaining consecutive fragments of one env, bootstrapping through
-   truncation, with V(next_obs) at fragment ends;
+3. GAE (lambda per ``gae_lambda``'s schedule) over all of this rank's fragments, chaining consecutive
+   fragments of one env, bootstrapping through truncation, with V(next_obs) at fragment ends;
 4. update the value normaliser once with the *global* (all-rank) return moments, and standardise
    advantages with global moments when ``normalize_advantage_full_batch``;
-5. ``epochs_per_iteration`` passes: shuffled batches, truncated BPTT over ``context_length`` windows with the
-   state carried (detached), loss = policy + value + KL-to-reference - entropy, gradients accumulated over
-   ``gradient_accumulation`` batches, a NaN/inf check agreed by all ranks *before* each optimiser step.
+5. ``epochs_per_iteration`` passes: shuffled batches (in the first ``whole_batch_iterations``, all of them as
+   one), truncated BPTT over ``context_length`` windows with the state carried (detached), loss = policy +
+   value + KL-to-reference - entropy, gradients accumulated over ``gradient_accumulation`` batches, a NaN/inf
+   check agreed by all ranks *before* each optimiser step.
 """
 
 from __future__ import annotations
