@@ -52,8 +52,8 @@ def test_default_config_is_valid_and_its_policy_acts():
 
 
 def test_crafter_score_config_is_the_default_on_the_full_game():
-    """bench/crafter_score.py (P6) trains craftrl.configs.crafter_score: the default's policy and PPO settings,
-    with the minibatching and learning rate of the run that produced the recorded score."""
+    """bench/crafter_score.py (P6) trains craftrl.configs.crafter_score: the default's PPO settings, with the
+    policy, minibatching and learning rate of the run that produced the recorded score."""
     loaded = load_config("craftrl.configs.crafter_score")
     default = load_config("craftrl.configs.default")
     assert loaded.online.train_config.entropy_bonus_coef == default.online.train_config.entropy_bonus_coef
@@ -61,6 +61,8 @@ def test_crafter_score_config_is_the_default_on_the_full_game():
     assert loaded.online.train_config.learning_rate == 5e-4
     assert loaded.online.train_config.num_iterations * 1024 >= 1_000_000
     assert (loaded.online.train_config.batch_size_per_gpu, loaded.online.train_config.batches_per_iteration) == (2, 8)
+    assert (loaded.online.train_config.minibatch_window, loaded.online.train_config.whole_batch_iterations) == (0, 0)
+    assert type(loaded.policy_generator().encoder).__name__ == "NatureEncoder"
     env = loaded.env_generator()
     _, info = env.reset(seed=0)
     assert len(info["achievements"]) == 22  # the full game, with every achievement counted
