@@ -5,7 +5,7 @@ defaults (docs/config.md). Choices, each measured on 2 cores (BENCHMARKS.md, "Le
 
 * a tile-aligned encoder + LSTM 256: Crafter draws its frame in 7-pixel tiles, and a first convolution with
   kernel = stride = 7 sees one tile per position (docs/policies.md); it costs the CPU of the half-width Nature
-  CNN it replaced (16/32/32), which CPU-only training needs (the Impala CNN costs ~4x);
+  CNN it replaced (16/32/32), which CPU-only training needs (the Impala CNN costs 4-6x);
 * whole-batch PPO updates first, then small ones: 1024 env steps per iteration (16 fragments x 64 steps),
   4 epochs, each fragment used in one iteration only (``max_reuse`` 1). For the first 60 iterations each epoch
   is one optimiser step over all 1024 steps, which found the first cows soonest while rewards are rare; after

@@ -24,9 +24,10 @@ def default_policy_generator(num_actions: int = 17, image_shape: tuple[int, int,
     """Recurrent CNN for Crafter-like pixel tasks (Impala CNN + LSTM, about 1.2 M parameters, by default).
 
     ``encoder="nature"`` (with three ``channels``) swaps in the strided Nature CNN, ``encoder="tiles"`` (with
-    two ``channels``) a tile-aligned encoder for grid worlds drawn in ``tile_size``-pixel tiles; ``recurrent="none"``
-    drops the recurrent core; ``feature_norm`` layer-normalises the features before the core (it keeps the
-    LSTM's gates out of saturation; off by default so checkpoints of earlier policies still load).
+    two ``channels``) a tile-aligned encoder for grid worlds drawn in ``tile_size``-pixel tiles;
+    ``recurrent="none"`` drops the recurrent core; ``feature_norm`` layer-normalises the features before the
+    core (it keeps the LSTM's gates out of saturation; off by default so checkpoints of earlier policies still
+    load).
     """
     from craftrl.policies.default import ImpalaRecurrentPolicy
 
