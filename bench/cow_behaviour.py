@@ -46,15 +46,12 @@ def main() -> None:
 
     import crafter
 
-    from craftrl.cli.evaluate import load_for_eval
-    from craftrl.cli.preflight import build_policy
+    from craftrl.cli.evaluate import load_eval_policy, load_for_eval
     from craftrl.rollout.worker import action_rows, obs_batch
 
     torch.set_num_threads(1)
     loaded, payload, _ = load_for_eval(args.checkpoint, None)
-    policy = build_policy(loaded.policy_generator)
-    policy.load_state_dict(payload["model"])
-    policy.eval()
+    policy = load_eval_policy(loaded, payload["model"])
     env = loaded.env_generator()
     names = crafter.constants.actions
     counts: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)

@@ -67,10 +67,8 @@ def load_for_eval(checkpoint: str, config_spec: str | None) -> tuple[LoadedConfi
     return load_config(str(spec)), payload, path
 
 
-def play(loaded: LoadedConfig, model_state: dict[str, torch.Tensor], episodes: int, deterministic: bool,
-         record: bool, seed: int = 0) -> tuple[list[EpisodeResult], list[np.ndarray]]:
-    from craftrl.rollout.worker import episode_metrics
-
+def load_eval_policy(loaded: LoadedConfig, model_state: dict[str, torch.Tensor]) -> torch.nn.Module:
+    """The config's policy with the checkpoint's weights, in eval mode; a clear error when they do not fit."""
     policy = build_policy(loaded.policy_generator)
     saved_shapes = {key: tuple(value.shape) for key, value in model_state.items() if hasattr(value, "shape")}
     mismatch = weight_mismatch(saved_shapes, policy)
@@ -78,7 +76,14 @@ def play(loaded: LoadedConfig, model_state: dict[str, torch.Tensor], episodes: i
         raise ConfigError([f"eval: the checkpoint's weights do not fit the policy from policy_generator ({mismatch}); "
                            "pass --config with the config it was trained with"])
     policy.load_state_dict(model_state)
-    policy.eval()
+    return policy.eval()
+
+
+def play(loaded: LoadedConfig, model_state: dict[str, torch.Tensor], episodes: int, deterministic: bool,
+         record: bool, seed: int = 0) -> tuple[list[EpisodeResult], list[np.ndarray]]:
+    from craftrl.rollout.worker import episode_metrics
+
+    policy = load_eval_policy(loaded, model_state)
     env = _build_env(loaded)
     results, frames = [], []
     try:

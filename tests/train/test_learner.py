@@ -72,28 +72,30 @@ def test_entropy_target_raises_the_bonus_until_a_collapsed_policy_recovers():
     assert min(held_entropy) < 0.2 and held_entropy[-1] > 0.4, "the collapse is undone"
 
 
-def _weights_after_iterations(iterations: int, **overrides) -> tuple[torch.Tensor, list[float]]:
-    """The policy's flattened weights after training on the same bandit data, and each iteration's lambda."""
+def _weights_after_iterations(iterations: int, **overrides) -> tuple[torch.Tensor, list[float], list[int]]:
+    """After training on the same bandit data: the policy's flattened weights, each iteration's lambda, and the
+    optimiser steps taken so far after each iteration."""
     torch.manual_seed(0)
     rng = np.random.default_rng(0)
     policy = mlp_policy_generator(obs_dim=4, num_actions=2)
     learner = PPOLearner(policy, train_config(**overrides), torch.device("cpu"))
     generator = torch.Generator().manual_seed(0)
-    lambdas = []
+    lambdas, steps = [], []
     for iteration in range(iterations):
         fragments = bandit_fragments(policy, num_envs=8, length=10, rng=rng, version=iteration)
         lambdas.append(learner.iteration(fragments, iteration, iteration, generator)["ppo/gae_lambda"])
-    return torch.cat([p.detach().reshape(-1) for p in policy.parameters()]), lambdas
+        steps.append(int(learner.optimizer.state[policy.pi_head.linear_layer.weight]["step"]))
+    return torch.cat([p.detach().reshape(-1) for p in policy.parameters()]), lambdas, steps
 
 
 def test_gae_lambda_schedule_trains_with_the_initial_lambda_then_the_final_one():
-    _, lambdas = _weights_after_iterations(2, gae_lambda=1.0, gae_lambda_initial=0.0,
-                                           gae_lambda_hold_iterations=1)
+    _, lambdas, _ = _weights_after_iterations(2, gae_lambda=1.0, gae_lambda_initial=0.0,
+                                              gae_lambda_hold_iterations=1)
     assert lambdas == [0.0, 1.0]
-    fixed_initial, _ = _weights_after_iterations(1, gae_lambda=0.0)
-    scheduled_first, _ = _weights_after_iterations(1, gae_lambda=1.0, gae_lambda_initial=0.0,
-                                                   gae_lambda_hold_iterations=1)
-    fixed_final, _ = _weights_after_iterations(1, gae_lambda=1.0)
+    fixed_initial, _, _ = _weights_after_iterations(1, gae_lambda=0.0)
+    scheduled_first, _, _ = _weights_after_iterations(1, gae_lambda=1.0, gae_lambda_initial=0.0,
+                                                      gae_lambda_hold_iterations=1)
+    fixed_final, _, _ = _weights_after_iterations(1, gae_lambda=1.0)
     assert torch.equal(scheduled_first, fixed_initial), "the first iteration's GAE used the initial lambda"
     assert not torch.equal(fixed_final, fixed_initial), "lambda changes the update on this data"
 
@@ -102,21 +104,12 @@ def test_gae_lambda_schedule_trains_with_the_initial_lambda_then_the_final_one()
 def test_whole_batch_iterations_take_one_step_per_epoch_over_all_the_data(minibatch_window):
     """8 fragments in batches of 4: a whole-batch iteration is 1 optimiser step per epoch, and trains exactly as
     one batch of all 8 fragments does; after it, 2 minibatches per epoch again."""
-    whole, _ = _weights_after_iterations(1, whole_batch_iterations=1, minibatch_window=minibatch_window)
-    one_batch, _ = _weights_after_iterations(1, batch_size_per_gpu=8, minibatch_window=minibatch_window)
-    split, _ = _weights_after_iterations(1, minibatch_window=minibatch_window)
+    whole, _, _ = _weights_after_iterations(1, whole_batch_iterations=1, minibatch_window=minibatch_window)
+    one_batch, _, _ = _weights_after_iterations(1, batch_size_per_gpu=8, minibatch_window=minibatch_window)
+    split, _, _ = _weights_after_iterations(1, minibatch_window=minibatch_window)
     assert torch.allclose(whole, one_batch, atol=1e-6)
     assert not torch.allclose(whole, split, atol=1e-4)
-    torch.manual_seed(0)
-    policy = mlp_policy_generator(obs_dim=4, num_actions=2)
-    learner = PPOLearner(policy, train_config(whole_batch_iterations=1, minibatch_window=minibatch_window),
-                         torch.device("cpu"))
-    rng, generator = np.random.default_rng(0), torch.Generator().manual_seed(0)
-    steps = []
-    for iteration in range(2):
-        learner.iteration(bandit_fragments(policy, num_envs=8, length=10, rng=rng, version=iteration), iteration,
-                          iteration, generator)
-        steps.append(int(learner.optimizer.state[policy.pi_head.linear_layer.weight]["step"]))
+    _, _, steps = _weights_after_iterations(2, whole_batch_iterations=1, minibatch_window=minibatch_window)
     assert steps == [2, 2 + 2 * 2]  # 2 epochs: 1 step each, then 2 minibatches each
 
 
