@@ -102,13 +102,27 @@ def stop_run(child: subprocess.Popen, grace_s: float) -> None:
         child.wait()
 
 
+def machine_speed(seconds: float = 3.0) -> float:
+    """Raw ``crafter/cows`` steps/s of one env stepped in this process, random actions, resets included.
+
+    Why: machines sold as the same 2 cores differed 2.4x in this figure between sessions, and every time in
+    the results scales with it; stored next to each run, it says which machine a time came from."""
+    from env_throughput import in_process  # bench/ is sys.path[0] when this script runs
+
+    return in_process("crafter/cows", seconds)[0]
+
+
 def run_once(config: str, overrides: list[str], seed: int, minutes: float, output_root: Path, log: Path) -> Path:
     """One training run; returns its run directory. The child gets SIGTERM at the deadline.
 
-    Just before the deadline the CPU time of every process of the run is recorded by component
-    (``cpu_split.json`` in the run directory), which says where a 2-core machine's time goes."""
+    Before launch the machine's raw env speed is measured (``machine.json``); just before the deadline the CPU
+    time of every process of the run is recorded by component (``cpu_split.json`` in the run directory), which
+    says where a 2-core machine's time goes."""
+    raw_env_sps = machine_speed()
+    # num_iterations raised so the run lasts the whole --minutes on a fast machine too (the default's 400
+    # iterations ended after ~9 minutes on one); an override given on the command line still wins
     command = [sys.executable, "-m", "craftrl.cli.main", "train", config, f"seed={seed}",
-               f"output_root={output_root}", *overrides]
+               f"output_root={output_root}", "train_config.num_iterations=1000000", *overrides]
     launched = time.time()
     with log.open("w") as out:
         child = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
@@ -127,6 +141,7 @@ def run_once(config: str, overrides: list[str], seed: int, minutes: float, outpu
         raise SystemExit(f"time_to_cows: no run directory in {log}")
     run_dir = Path(match.group(1))
     (run_dir / "launched_at").write_text(f"{launched}\n")
+    (run_dir / "machine.json").write_text(json.dumps({"raw_env_steps_per_s_1_process": raw_env_sps}))
     if split:
         elapsed = minutes * 60 - 5
         (run_dir / "cpu_split.json").write_text(json.dumps(
@@ -177,19 +192,42 @@ def fmt(value: float, unit: str = "") -> str:
     return f"{value:.0f}{unit}" if unit else f"{value:.2f}"
 
 
+def _read_json(path: Path) -> dict:
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def cpu_split_rows(run_dirs: list[Path]) -> list[str]:
+    """A table of cores used per component, the mean over the runs that recorded ``cpu_split.json``."""
+    splits = [s["cores_used"] for s in (_read_json(d / "cpu_split.json") for d in run_dirs) if s]
+    if not splits:
+        return []
+    names = sorted({name for split in splits for name in split}, key=lambda n: -statistics.mean(
+        split.get(n, 0.0) for split in splits))
+    rows = ["| component | cores used (mean of the runs) |", "|---|---:|"]
+    rows += [f"| {name} | {statistics.mean(split.get(name, 0.0) for split in splits):.2f} |" for name in names]
+    total = statistics.mean(sum(split.values()) for split in splits)
+    return [*rows, f"| all | {total:.2f} of {os.cpu_count()} |"]
+
+
 def write_results(results: list[tuple[Path, dict[str, float]]], command: str, out: Path) -> None:
-    """bench/results/time_to_cows.md: one row per seed, then the median, with the command and machine."""
-    rows = ["| run | time to 1 / 2 / 3 cows | env steps to 3 cows | cows at 2.5 / 3.75 / 5 / 10 / 20 min | end-to-end env steps/s |",
-            "|---|---|---:|---|---:|"]
+    """bench/results/time_to_cows.md: one row per seed, the median, the CPU split, the command and machine."""
+    rows = ["| run | time to 1 / 2 / 3 cows | env steps to 3 cows | cows at 2.5 / 3.75 / 5 / 10 / 20 min | end-to-end env steps/s | machine: raw env steps/s, 1 process |",
+            "|---|---|---:|---|---:|---:|"]
     for run_dir, r in results:
         times = " / ".join(fmt(r[f"time_to_{t:g}_s"], " s") for t in THRESHOLDS)
         cows = " / ".join(fmt(r[f"cows_at_{m:g}min"]) for m in (2.5, 3.75, 5.0, 10.0, 20.0))
-        rows.append(f"| `{run_dir.name}` | {times} | {fmt(r['steps_to_3'], ' ')} | {cows} | {r.get('end_to_end_sps', 0):.0f} |")
+        raw = _read_json(run_dir / "machine.json").get("raw_env_steps_per_s_1_process", math.nan)
+        rows.append(f"| `{run_dir.name}` | {times} | {fmt(r['steps_to_3'], ' ')} | {cows} | "
+                    f"{r.get('end_to_end_sps', 0):.0f} | {'-' if math.isnan(raw) else f'{raw:.0f}'} |")
     median = statistics.median(r["time_to_3_s"] for _, r in results)
+    split = cpu_split_rows([run_dir for run_dir, _ in results])
     text = [f"## Time to cows on the default task (`bench/time_to_cows.py`, P3)", "",
             f"`{command}`, {datetime.date.today().isoformat()}, {os.cpu_count()} cores. The clock starts at launch "
-            "(Ray, env and trainer start-up included); cows per episode is the mean of the last 20 episodes.", "",
-            *rows, "", f"Median time to 3 cows per episode: {fmt(median, ' s')}."]
+            "(Ray, env and trainer start-up included); cows per episode is the mean of the last 20 episodes. "
+            "Times scale with the machine: compare runs by their raw env steps/s column.", "",
+            *rows, "", f"Median time to 3 cows per episode: {fmt(median, ' s')}.",
+            *(["", "Where the CPU went (`cpu_split.json`, recorded just before each run's deadline):", "", *split]
+              if split else [])]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(text) + "\n")
 

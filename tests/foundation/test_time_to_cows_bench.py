@@ -1,0 +1,54 @@
+"""bench/time_to_cows.py's summary (P3) and results file, on hand-made run directories."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+import time_to_cows  # noqa: E402
+
+LAUNCH = 1000.0
+
+
+def make_run(directory: Path, cows_by_second: list[tuple[float, float]], raw_env_sps: float | None,
+             cores: dict[str, float] | None) -> Path:
+    directory.mkdir()
+    (directory / "launched_at").write_text(f"{LAUNCH}\n")
+    lines = [json.dumps({"time": LAUNCH + t, "rollout/env_steps": 100.0 * t, "episodes/total": 25.0,
+                         time_to_cows.COWS: cows}) for t, cows in cows_by_second]
+    (directory / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    if raw_env_sps is not None:
+        (directory / "machine.json").write_text(json.dumps({"raw_env_steps_per_s_1_process": raw_env_sps}))
+    if cores is not None:
+        (directory / "cpu_split.json").write_text(json.dumps({"wall_s": 600.0, "cores_used": cores}))
+    return directory
+
+
+def test_thresholds_are_the_first_logged_points_at_or_above_them(tmp_path):
+    run = make_run(tmp_path / "a", [(60, 0.5), (120, 1.2), (180, 2.0), (240, 3.5), (600, 4.0)], None, None)
+    summary = time_to_cows.summarize(time_to_cows.read_curve(run))
+    assert (summary["time_to_1_s"], summary["time_to_2_s"], summary["time_to_3_s"]) == (120, 180, 240)
+    assert summary["steps_to_3"] == 24000
+    assert summary["cows_at_3.75min"] == 2.0  # the last point at or before 225 s
+    assert math.isnan(summary["cows_at_20min"])  # the run never got near minute 20
+
+
+def test_results_name_each_runs_machine_and_average_the_cpu_split(tmp_path):
+    fast = make_run(tmp_path / "fast", [(100, 3.0), (600, 4.0)], 2400.0,
+                    {"env processes": 0.7, "learner (driver process)": 0.6})
+    slow = make_run(tmp_path / "slow", [(300, 3.0), (600, 3.1)], None,
+                    {"env processes": 0.5, "learner (driver process)": 0.8, "Ray system processes": 0.1})
+    out = tmp_path / "results.md"
+    results = [(run, time_to_cows.summarize(time_to_cows.read_curve(run))) for run in (fast, slow)]
+    time_to_cows.write_results(results, "python bench/time_to_cows.py --runs fast slow", out)
+    text = out.read_text()
+    fast_row = next(line for line in text.splitlines() if line.startswith("| `fast`"))
+    slow_row = next(line for line in text.splitlines() if line.startswith("| `slow`"))
+    assert fast_row.endswith("| 2400 |") and slow_row.endswith("| - |")  # no machine.json: unknown machine
+    assert "Median time to 3 cows per episode: 200 s." in text
+    assert "| learner (driver process) | 0.70 |" in text and "| env processes | 0.60 |" in text
+    assert "| Ray system processes | 0.05 |" in text  # missing from one run counts as 0 there
+    assert "| all | 1.35 of" in text
