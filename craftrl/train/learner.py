@@ -165,6 +165,7 @@ class PPOLearner:
         self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=config.learning_rate,
                                            weight_decay=config.weight_decay, eps=config.adam_eps)
         self.use_amp = bool(config.use_amp and device.type == "cuda")
+        self.use_cpu_bf16 = bool(config.cpu_bf16 and device.type == "cpu")
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.use_amp)
         self.reference = reference
         self.rho = config.kl_divergence_coef_rho
@@ -191,6 +192,8 @@ class PPOLearner:
     def _autocast(self):
         if self.use_amp:
             return torch.autocast(device_type="cuda", dtype=torch.float16)
+        if self.use_cpu_bf16:
+            return torch.autocast(device_type="cpu", dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
     @torch.no_grad()
@@ -223,7 +226,7 @@ class PPOLearner:
             values.append(latents["vpred"].float())
             acted = min(end, length) - start  # the last observation (next_obs) has no action
             if acted > 0:
-                logits = tree_map(lambda t: t[:, :acted], latents["pi_logits"])
+                logits = tree_map(lambda t: t[:, :acted].float(), latents["pi_logits"])  # bf16 under cpu_bf16
                 logps.append(self.policy.pi_head.logprob(slice_time(batch.action, start, start + acted),
                                                          logits).float())
         return self.policy.value_head.denormalize(torch.cat(values, dim=1)), torch.cat(logps, dim=1)

@@ -251,3 +251,33 @@ def test_unreadable_and_missing_checkpoints_give_clear_errors(tmp_path):
     (bad / "state.pt").write_bytes(b"garbage")
     with pytest.raises(ValueError, match="unreadable checkpoint"):
         load_checkpoint(bad)
+
+
+def test_cpu_bf16_runs_the_passes_in_bfloat16_and_still_learns():
+    """cpu_bf16: the recurrent image policy's convolutions and LSTM compute in bf16, its first pass still
+    reproduces the float32 behaviour to bf16 rounding, and PPO still learns the bandit's rewarding action."""
+    torch.manual_seed(3)
+    policy = default_policy_generator(num_actions=3, image_shape=(64, 64, 3), hidden_size=32, channels=(8, 8),
+                                      encoder="tiles")
+    dtypes = set()
+    policy.encoder.tile.register_forward_hook(lambda module, args, out: dtypes.add(out.dtype))
+    policy.core.rnn.register_forward_hook(lambda module, args, out: dtypes.add(out[0].dtype))
+    rng = np.random.default_rng(3)
+    fragments = bandit_fragments(policy, 4, 6, rng, episode_length=4,
+                                 obs_fn=lambda: {"image": rng.integers(0, 255, (64, 64, 3), np.uint8)})
+    dtypes.clear()  # the rollout's float32 acting above is not the learner's
+    learner = PPOLearner(policy, train_config(batch_size_per_gpu=2, context_length=4, epochs_per_iteration=1,
+                                              learning_rate=1e-9, cpu_bf16=True), torch.device("cpu"))
+    metrics = learner.iteration(fragments, 0, 0, torch.Generator().manual_seed(0))
+    assert dtypes == {torch.bfloat16}
+    assert metrics["ppo/ratio_mean"] == pytest.approx(1.0, abs=0.02)  # bf16 logits: ~3 significant digits
+    assert metrics["ppo/approx_kl"] < 1e-3
+
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    bandit = mlp_policy_generator(obs_dim=4, num_actions=2)
+    learner = PPOLearner(bandit, train_config(cpu_bf16=True), torch.device("cpu"))
+    for iteration in range(8):
+        learner.iteration(bandit_fragments(bandit, num_envs=8, length=10, rng=rng, version=iteration), iteration,
+                          iteration, torch.Generator().manual_seed(iteration))
+    assert action_one_probability(bandit) > 0.85
