@@ -153,6 +153,7 @@ class TrainConfig:
     entropy_coef_step: float = key(1.2, "Factor by which entropy_target moves the entropy coefficient per iteration.", at_least(1.0))
     entropy_coef_max: float = key(0.1, "Highest entropy coefficient entropy_target may reach.", NON_NEGATIVE)
     coef_rho_decay: float = key(0.9995, "rho is multiplied by this after every iteration.", between(0.0, 1.0))
+    target_kl: Optional[float] = key(None, "Stop an iteration's epochs early once the mean KL between the learner's policy at the iteration's start and its current policy, measured on the next minibatch before its step, exceeds 1.5x this (Stable-Baselines3's target_kl). Bounds how far one iteration moves the policy, and skips the learner work that would go past it. None: always all epochs.", POSITIVE)
     decoupled_clip: bool = key(False, "Clip the PPO ratio against the learner's policy at the start of the iteration instead of the behaviour policy, weighting each step by min(pi_start / pi_behaviour, 2) (decoupled PPO): with asynchronous data the behaviour ratio has already spent part of the trust region.")
     log_ratio_range: float = key(50.0, "The log-ratio log(pi/pi_behaviour) is clamped to +-this before exponentiation.", POSITIVE)
     normalize_advantage_full_batch: bool = key(True, "Normalise advantages with the mean/std of the whole iteration's data across all ranks.")

@@ -12,7 +12,8 @@ The iteration, top to bottom:
 5. ``epochs_per_iteration`` passes: shuffled batches (in the first ``whole_batch_iterations``, all of them as
    one), truncated BPTT over ``context_length`` windows with the state carried (detached), loss = policy +
    value + KL-to-reference - entropy, gradients accumulated over ``gradient_accumulation`` batches, a NaN/inf
-   check agreed by all ranks *before* each optimiser step.
+   check agreed by all ranks *before* each optimiser step; with ``target_kl``, the passes end early once the
+   policy has moved past 1.5x that KL from where the iteration started.
 """
 
 from __future__ import annotations
@@ -297,25 +298,51 @@ class PPOLearner:
         whole = None
         if iteration < cfg.whole_batch_iterations and len(batches) > 1:
             whole = sequences if sequences is not None else merge_batches(batches)
+        stopped_early = False
         for _ in range(cfg.epochs_per_iteration):
             epoch = [whole] if whole is not None else self.epoch_batches(batches, sequences, generator)
             self.optimizer.zero_grad(set_to_none=True)
+            group_kl = []
             for position, batch in enumerate(epoch):
                 closes_group = (position + 1) % cfg.gradient_accumulation == 0 or position == len(epoch) - 1
                 for name, value in self._train_batch(batch, warmup, closes_group).items():
                     sums[name] = sums.get(name, 0.0) + value
+                    if name == "ppo/proximal_kl":
+                        group_kl.append(value)
                 count += 1
                 if closes_group:
+                    if self._past_target_kl(group_kl):
+                        self.optimizer.zero_grad(set_to_none=True)
+                        stopped_early = True
+                        break
+                    group_kl = []
                     grad_norm, stepped = self._optimizer_step()
                     skipped += not stepped
                     if stepped:
                         grad_norms.append(grad_norm)
+            if stopped_early:
+                break
         metrics = {name: value / max(count, 1) for name, value in sums.items()}
         metrics["ppo/grad_norm"] = float(np.mean(grad_norms)) if grad_norms else 0.0
         metrics["ppo/skipped_steps"] = float(skipped)
+        metrics["ppo/optimizer_steps"] = float(len(grad_norms))
+        metrics["ppo/stopped_early"] = float(stopped_early)
         reduced = all_reduce(torch.tensor(list(metrics.values()), dtype=torch.float64, device=self.device))
         world = dist.get_world_size() if distributed() else 1
         return dict(zip(metrics, (reduced / world).tolist()))
+
+    def _past_target_kl(self, group_kl: list[float]) -> bool:
+        """``target_kl``: whether the policy has moved more than 1.5x the target from the iteration's start.
+
+        Measured on the minibatches about to be stepped (before their step, as Stable-Baselines3 does) against
+        the learner's own policy at the start of the iteration, not the behaviour policy: asynchronous data is
+        already up to ``max_staleness`` versions away from it before this iteration moves at all. Every rank
+        decides on the rank-averaged value, so all stop at the same step."""
+        if self.config.target_kl is None or not group_kl:
+            return False
+        kl = all_reduce(torch.tensor([float(np.mean(group_kl))], dtype=torch.float64, device=self.device))
+        world = dist.get_world_size() if distributed() else 1
+        return kl.item() / world > 1.5 * self.config.target_kl
 
     def _train_batch(self, batch: Batch, warmup: bool, closes_group: bool) -> dict[str, float]:
         cfg = self.config
@@ -354,6 +381,10 @@ class PPOLearner:
                     v_loss = value_loss(latents["vpred"].float(), old_values[:, start:end],
                                         targets[:, start:end], mask, cfg.clip_vloss, cfg.ppo_clip)
                     entropy_mean = masked_mean(entropy.float(), mask)
+                    with torch.no_grad():  # how far the policy has moved since the iteration started (target_kl)
+                        moved = (new_logp.float() - batch.proximal_logp[:, start:end]).clamp(
+                            -cfg.log_ratio_range, cfg.log_ratio_range)
+                        proximal_kl = masked_mean(moved.exp() - 1.0 - moved, mask)
                     kl = torch.zeros((), device=self.device)
                     if self.reference is not None and self.rho > 0:
                         with torch.no_grad():
@@ -371,7 +402,8 @@ class PPOLearner:
             share = (end - start) / length
             for name, value in (("loss/policy", policy.loss), ("loss/value", v_loss), ("loss/entropy", entropy_mean),
                                 ("loss/kl_reference", kl), ("ppo/approx_kl", policy.approx_kl),
-                                ("ppo/clip_fraction", policy.clip_fraction), ("ppo/ratio_mean", policy.ratio_mean)):
+                                ("ppo/clip_fraction", policy.clip_fraction), ("ppo/ratio_mean", policy.ratio_mean),
+                                ("ppo/proximal_kl", proximal_kl)):
                 totals[name] = totals.get(name, 0.0) + float(value.detach()) * share
         return totals
 

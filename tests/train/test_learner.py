@@ -113,6 +113,27 @@ def test_whole_batch_iterations_take_one_step_per_epoch_over_all_the_data(miniba
     assert steps == [2, 2 + 2 * 2]  # 2 epochs: 1 step each, then 2 minibatches each
 
 
+def test_target_kl_stops_the_epochs_once_the_policy_moved_past_it():
+    """8 fragments in batches of 4, 2 epochs: 4 optimiser steps, unless the KL from the iteration's start passes
+    1.5 x target_kl first. The first step always happens (nothing has moved before it), the next minibatch then
+    measures the move and stops the iteration."""
+    free, _, free_steps = _weights_after_iterations(1, target_kl=10.0)
+    plain, _, _ = _weights_after_iterations(1)
+    assert free_steps == [4] and torch.equal(free, plain), "a target never reached changes nothing"
+    stopped, _, stopped_steps = _weights_after_iterations(1, target_kl=1e-6)
+    assert stopped_steps == [1]
+    assert not torch.equal(stopped, plain)
+
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    policy = mlp_policy_generator(obs_dim=4, num_actions=2)
+    learner = PPOLearner(policy, train_config(target_kl=1e-6), torch.device("cpu"))
+    fragments = bandit_fragments(policy, num_envs=8, length=10, rng=rng)
+    metrics = learner.iteration(fragments, 0, 0, torch.Generator().manual_seed(0))
+    assert metrics["ppo/stopped_early"] == 1.0 and metrics["ppo/optimizer_steps"] == 1.0
+    assert metrics["ppo/proximal_kl"] > 0.0
+
+
 def test_first_iteration_on_fresh_behaviour_data_starts_at_ratio_one():
     torch.manual_seed(1)
     policy = mlp_policy_generator(obs_dim=4, num_actions=2)
