@@ -209,6 +209,52 @@ def cpu_split_rows(run_dirs: list[Path]) -> list[str]:
     return [*rows, f"| all | {total:.2f} of {os.cpu_count()} |"]
 
 
+def wall_time_split(run_dir: Path) -> dict[str, float]:
+    """Where the rollout loop's and the learner's wall time went over a run, as fractions of each.
+
+    Rollout: from the manager's cumulative timers in the last ``metrics.jsonl`` record (``rollout/loop_s`` is
+    the loops' whole time; what the named parts leave is fragment cutting and sending actions and fragments).
+    Learner: the per-iteration ``time/*`` seconds summed, against the time from its first to last iteration
+    (the rest is logging and checkpoints). Empty for a run without these metrics."""
+    records = []
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    timed = [r for r in records if "time/compute_s" in r]
+    split: dict[str, float] = {}
+    last = next((r for r in reversed(records) if r.get("rollout/loop_s")), None)
+    if last:
+        loop = last["rollout/loop_s"]
+        parts = {"rollout: inference (forward + sampling)": last.get("rollout/inference_s", 0.0),
+                 "rollout: waiting for env processes": last.get("rollout/env_wait_s", 0.0),
+                 "rollout: blocked on a full send queue": last.get("rollout/emit_wait_s", 0.0)}
+        split.update({name: seconds / loop for name, seconds in parts.items()})
+        split["rollout: fragment cutting, sends (transport)"] = max(0.0, 1.0 - sum(split.values()))
+    if len(timed) >= 2:
+        span = float(timed[-1]["time"]) - float(timed[0]["time"])
+        later = timed[1:]  # the first record's times fall before the span starts
+        parts = {"learner: computing (evaluation, GAE, epochs)": sum(r["time/compute_s"] for r in later),
+                 "learner: waiting for data": sum(r.get("time/wait_data_s", 0.0) for r in later),
+                 "learner: weight broadcast": sum(r.get("time/broadcast_s", 0.0) for r in later)}
+        learner = {name: seconds / span for name, seconds in parts.items()} if span > 0 else {}
+        if learner:
+            learner["learner: other (metrics, checkpoints)"] = max(0.0, 1.0 - sum(learner.values()))
+        split.update(learner)
+    return split
+
+
+def wall_split_rows(run_dirs: list[Path]) -> list[str]:
+    """A table of the wall-time split (``wall_time_split``), the mean over the runs that have one."""
+    splits = [split for split in (wall_time_split(d) for d in run_dirs) if split]
+    if not splits:
+        return []
+    names = list(dict.fromkeys(name for split in splits for name in split))
+    rows = ["| part | share of its wall time (mean of the runs) |", "|---|---:|"]
+    return rows + [f"| {name} | {statistics.mean(split.get(name, 0.0) for split in splits):.0%} |" for name in names]
+
+
 def write_results(results: list[tuple[Path, dict[str, float]]], command: str, out: Path) -> None:
     """bench/results/time_to_cows.md: one row per seed, the median, the CPU split, the command and machine."""
     rows = ["| run | time to 1 / 2 / 3 cows | env steps to 3 cows | cows at 2.5 / 3.75 / 5 / 10 / 20 min | end-to-end env steps/s | machine: raw env steps/s, 1 process |",
@@ -221,13 +267,16 @@ def write_results(results: list[tuple[Path, dict[str, float]]], command: str, ou
                     f"{r.get('end_to_end_sps', 0):.0f} | {'-' if math.isnan(raw) else f'{raw:.0f}'} |")
     median = statistics.median(r["time_to_3_s"] for _, r in results)
     split = cpu_split_rows([run_dir for run_dir, _ in results])
+    wall = wall_split_rows([run_dir for run_dir, _ in results])
     text = [f"## Time to cows on the default task (`bench/time_to_cows.py`, P3)", "",
             f"`{command}`, {datetime.date.today().isoformat()}, {os.cpu_count()} cores. The clock starts at launch "
             "(Ray, env and trainer start-up included); cows per episode is the mean of the last 20 episodes. "
             "Times scale with the machine: compare runs by their raw env steps/s column.", "",
             *rows, "", f"Median time to 3 cows per episode: {fmt(median, ' s')}.",
             *(["", "Where the CPU went (`cpu_split.json`, recorded just before each run's deadline):", "", *split]
-              if split else [])]
+              if split else []),
+            *(["", "Where the wall time went (from `metrics.jsonl`: the rollout worker's loop and the learner):", "",
+               *wall] if wall else [])]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(text) + "\n")
 

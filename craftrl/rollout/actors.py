@@ -39,7 +39,7 @@ logger = logging.getLogger(__name__)
 MAX_MISSED_STATUS = 3
 MAX_FAILED_STARTS = 3
 CUMULATIVE_KEYS = ("env_steps", "fragments_emitted", "fragments_sent", "restarts", "emit_wait_s", "inference_s",
-                   "env_wait_s")
+                   "env_wait_s", "elapsed_s")
 
 
 def rollout_device(num_gpus: float) -> torch.device:
@@ -246,6 +246,8 @@ class RolloutManager:
             "rollout/emit_wait_s": float(totals["emit_wait_s"]),
             "rollout/inference_s": float(totals["inference_s"]),
             "rollout/env_wait_s": float(totals["env_wait_s"]),
+            # worker-seconds of the rollout loops: the whole of which the three times above are parts
+            "rollout/loop_s": float(totals["elapsed_s"]),
             "rollout/fragments_emitted": float(totals["fragments_emitted"]),
             "rollout/fragments_sent": float(totals["fragments_sent"]),
         }

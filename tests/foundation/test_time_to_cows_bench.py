@@ -7,6 +7,8 @@ import math
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import time_to_cows  # noqa: E402
 
@@ -52,3 +54,25 @@ def test_results_name_each_runs_machine_and_average_the_cpu_split(tmp_path):
     assert "| learner (driver process) | 0.70 |" in text and "| env processes | 0.60 |" in text
     assert "| Ray system processes | 0.05 |" in text  # missing from one run counts as 0 there
     assert "| all | 1.35 of" in text
+
+
+def test_wall_time_split_reads_the_rollout_timers_and_sums_the_learner_times(tmp_path):
+    run = make_run(tmp_path / "timed", [(10, 0.0)], None, None)
+    records = [{"time": LAUNCH + 10 * i, "time/compute_s": 6.0, "time/wait_data_s": 3.0, "time/broadcast_s": 0.5}
+               for i in range(1, 6)]  # 40 s from the first to the last iteration, 4 iterations inside it
+    records[-1].update({"rollout/loop_s": 200.0, "rollout/inference_s": 80.0, "rollout/env_wait_s": 60.0,
+                        "rollout/emit_wait_s": 20.0})
+    with (run / "metrics.jsonl").open("a") as metrics:
+        metrics.write("\n".join(json.dumps(r) for r in records) + "\n")
+    split = time_to_cows.wall_time_split(run)
+    assert split["rollout: inference (forward + sampling)"] == 0.4
+    assert split["rollout: waiting for env processes"] == 0.3
+    assert split["rollout: fragment cutting, sends (transport)"] == pytest.approx(0.2)
+    assert split["learner: computing (evaluation, GAE, epochs)"] == 24.0 / 40.0
+    assert split["learner: waiting for data"] == 12.0 / 40.0
+    assert split["learner: other (metrics, checkpoints)"] == pytest.approx(1.0 - 38.0 / 40.0)  # 24 + 12 + 2 s of broadcasts
+    old = make_run(tmp_path / "untimed", [(10, 0.0), (20, 1.0)], None, None)
+    assert time_to_cows.wall_time_split(old) == {}  # a run from before these metrics: no table, no error
+    out = tmp_path / "results.md"
+    time_to_cows.write_results([(run, time_to_cows.summarize(time_to_cows.read_curve(run)))], "cmd", out)
+    assert "| rollout: inference (forward + sampling) | 40% |" in out.read_text()

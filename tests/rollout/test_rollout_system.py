@@ -49,6 +49,10 @@ def test_fragments_reach_the_replay_buffer_and_read_back_chained(ray_session, tm
             time.sleep(0.5)
         accounting = ray.get(handles.replay.accounting.remote())
         assert accounting["added"] >= 8
+        status = ray.get(handles.manager.status.remote())
+        # the loop's whole time bounds its named parts (bench/time_to_cows.py splits it into them)
+        parts = status["rollout/inference_s"] + status["rollout/env_wait_s"] + status["rollout/emit_wait_s"]
+        assert 0 < parts <= status["rollout/loop_s"]
     finally:
         assert stop_rollout_system()
     with pytest.raises(ValueError):
