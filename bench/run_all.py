@@ -18,7 +18,7 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 # Order matters only for reading: raw env speed first, then the parts, then end-to-end comparisons.
-SCRIPTS = [["env_throughput.py"], ["policy_inference.py"], ["replay_bytes.py"],
+SCRIPTS = [["env_throughput.py"], ["policy_inference.py"], ["learner_step.py"], ["replay_bytes.py"],
            ["sampler.py", "--policy", "counting"], ["sampler.py"],
            # learning runs: about 5 minutes and then 3 x 20 minutes
            ["cartpole_steps.py", "--seeds", "0", "1", "2", "--write-results"],

@@ -246,13 +246,17 @@ def wall_time_split(run_dir: Path) -> dict[str, float]:
 
 
 def wall_split_rows(run_dirs: list[Path]) -> list[str]:
-    """A table of the wall-time split (``wall_time_split``), the mean over the runs that have one."""
+    """A table of the wall-time split (``wall_time_split``): each part's mean over the runs that measured it (a run
+    from before ``rollout/loop_s`` was logged has no rollout parts; it is not a run whose rollout took no time)."""
     splits = [split for split in (wall_time_split(d) for d in run_dirs) if split]
     if not splits:
         return []
     names = list(dict.fromkeys(name for split in splits for name in split))
-    rows = ["| part | share of its wall time (mean of the runs) |", "|---|---:|"]
-    return rows + [f"| {name} | {statistics.mean(split.get(name, 0.0) for split in splits):.0%} |" for name in names]
+    rows = ["| part | share of its wall time (mean of the runs that measured it) | runs |", "|---|---:|---:|"]
+    for name in names:
+        shares = [split[name] for split in splits if name in split]
+        rows.append(f"| {name} | {statistics.mean(shares):.0%} | {len(shares)} |")
+    return rows
 
 
 def write_results(results: list[tuple[Path, dict[str, float]]], command: str, out: Path) -> None:

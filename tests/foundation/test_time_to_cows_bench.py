@@ -74,5 +74,11 @@ def test_wall_time_split_reads_the_rollout_timers_and_sums_the_learner_times(tmp
     old = make_run(tmp_path / "untimed", [(10, 0.0), (20, 1.0)], None, None)
     assert time_to_cows.wall_time_split(old) == {}  # a run from before these metrics: no table, no error
     out = tmp_path / "results.md"
-    time_to_cows.write_results([(run, time_to_cows.summarize(time_to_cows.read_curve(run)))], "cmd", out)
-    assert "| rollout: inference (forward + sampling) | 40% |" in out.read_text()
+    learner_only = make_run(tmp_path / "learner-only", [(10, 0.0)], None, None)
+    with (learner_only / "metrics.jsonl").open("a") as metrics:  # a run from before rollout/loop_s was logged
+        metrics.write("\n".join(json.dumps({**r, "time/compute_s": 2.0}) for r in records[:-1]) + "\n")
+    runs = [(r, time_to_cows.summarize(time_to_cows.read_curve(r))) for r in (run, learner_only)]
+    time_to_cows.write_results(runs, "cmd", out)
+    text = out.read_text()
+    assert "| rollout: inference (forward + sampling) | 40% | 1 |" in text  # not averaged with a run that lacks it
+    assert "| learner: computing (evaluation, GAE, epochs) | 40% | 2 |" in text  # (24/40 + 6/30) / 2

@@ -1,0 +1,111 @@
+"""Seconds of learner compute per PPO iteration of the default config, float32 against ``cpu_bf16``.
+
+Why: on 2 cores the learner and the env processes share the CPU, so every second the learner saves per
+iteration goes back to stepping envs (BENCHMARKS.md, "Where the time goes"). Whether bf16 autocast saves any
+depends on the CPU (native AVX512-BF16 or AMX, or emulation), so it is measured on the machine at hand.
+
+The iteration is the real ``PPOLearner.iteration`` on real fragments: the default config's policy acts on
+``crafter/cows`` through the ``RolloutLoop`` (8 env processes) until one iteration's worth of fragments is
+cut, then each precision trains on copies of them, from the same initial weights, in both of the default
+config's phases (one whole-batch minibatch per epoch, then sequence minibatches). Torch gets the train
+worker's one thread, as in a run.
+
+    .venv/bin/python bench/learner_step.py [--repeats 3]
+
+Last line: ``P0 learner_bf16_speedup=<float32 s / bf16 s, sequence-minibatch phase>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import datetime
+import os
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from craftrl.config.validate import build_config
+from craftrl.configs import default as default_config
+from craftrl.envs import env_generator
+from craftrl.rollout.worker import RolloutLoop
+from craftrl.train.learner import PPOLearner
+
+RESULTS = Path(__file__).resolve().parent / "results" / "learner_step.md"
+TASK = "crafter/cows"
+
+
+def collect_fragments(policy: torch.nn.Module, count: int, length: int, num_envs: int, batch_size: int) -> list:
+    fragments: list = []
+    loop = RolloutLoop(env_generator(TASK), policy, num_envs=num_envs, batch_size=batch_size,
+                       fragment_length=length, emit=fragments.append)
+    try:
+        while len(fragments) < count:
+            loop.step()
+    finally:
+        loop.close()
+    return fragments[:count]
+
+
+def seconds_per_iteration(policy: torch.nn.Module, config, fragments: list, iteration: int, repeats: int) -> float:
+    """Median wall seconds of ``repeats`` iterations (after one warm-up), each on the same fragments."""
+    learner = PPOLearner(copy.deepcopy(policy), config, torch.device("cpu"))
+    times = []
+    for number in range(repeats + 1):
+        started = time.perf_counter()
+        learner.iteration(fragments, iteration, iteration, torch.Generator().manual_seed(number))
+        times.append(time.perf_counter() - started)
+    return statistics.median(times[1:])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    online = build_config(default_config.online_dict)
+    train, worker = online.train_config, online.rollout_config.worker_config
+    torch.set_num_threads(int(train.num_cpus_per_worker))
+    torch.manual_seed(0)
+    policy = default_config.policy_generator()
+    count = train.batch_size_per_gpu * train.batches_per_iteration
+    fragments = collect_fragments(policy, count, online.rollout_config.fragment_length, worker.num_envs,
+                                  worker.batch_size)
+    load_before = os.getloadavg()[0]
+    phases = {"whole-batch (first iterations)": 0, "sequence minibatches (later)": train.whole_batch_iterations}
+    rows, speedups = [], {}
+    for phase, iteration in phases.items():
+        fp32 = seconds_per_iteration(policy, train, fragments, iteration, args.repeats)
+        bf16 = seconds_per_iteration(policy, dataclasses.replace(train, cpu_bf16=True), fragments, iteration,
+                                     args.repeats)
+        speedups[phase] = fp32 / bf16
+        rows.append(f"| {phase} | {fp32:.2f} | {bf16:.2f} | {fp32 / bf16:.2f} |")
+    steps = sum(len(f.reward) for f in fragments)
+    lines = [
+        "## Learner compute per iteration (`bench/learner_step.py`)", "",
+        f"`.venv/bin/python bench/learner_step.py --repeats {args.repeats}`, {datetime.date.today().isoformat()}, "
+        f"{os.cpu_count()} cores, 1 torch thread, load average {load_before:.1f} at start, "
+        f"CPU bf16 support: {cpu_bf16_flags() or 'none listed'}.", "",
+        f"One iteration of the default config ({steps} env steps of `{TASK}` in {len(fragments)} fragments, "
+        f"{train.epochs_per_iteration} epochs), median of {args.repeats} after a warm-up, seconds:", "",
+        "| phase | float32 | cpu_bf16 | speed-up |", "|---|---:|---:|---:|", *rows, "",
+    ]
+    RESULTS.parent.mkdir(exist_ok=True)
+    RESULTS.write_text("\n".join(lines))
+    print("\n".join(lines))
+    print(f"P0 learner_bf16_speedup={speedups['sequence minibatches (later)']:.2f}")
+
+
+def cpu_bf16_flags() -> str:
+    """The CPU's native bf16 instruction sets, from /proc/cpuinfo (Linux); empty elsewhere."""
+    try:
+        flags = next(line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags"))
+    except (OSError, StopIteration):
+        return ""
+    return ", ".join(flag for flag in ("avx512_bf16", "amx_bf16") if flag in flags.split())
+
+
+if __name__ == "__main__":
+    main()
