@@ -168,7 +168,7 @@ class TrainConfig:
     enable_ref_update: bool = key(False, "Update the KL reference policy during training. Only False is supported: the reference is the initial policy.", one_of(False))
     fix_decoder: bool = key(False, "Accepted for MineStudio seed configs; it never had an effect. Only False is supported.", one_of(False))
     use_amp: bool = key(False, "Mixed precision (autocast + grad scaling) on CUDA; ignored on CPU.")
-    cpu_bf16: bool = key(False, "bfloat16 autocast for the learner's passes on CPU (convolutions, matmuls and the LSTM in bf16, losses in float32; bf16 needs no grad scaling). ~1.5x faster training compute on CPUs with native bf16 (AVX512-BF16, AMX), slower on CPUs without; the rollout's inference stays float32. Ignored on CUDA (see use_amp).")
+    cpu_bf16: bool = key(False, "bfloat16 autocast for the learner's passes on CPU (convolutions, matmuls and the LSTM in bf16, losses in float32; bf16 needs no grad scaling); the rollout's inference stays float32. Used only on CPUs with native bf16 instructions (AVX512-BF16 or AMX, from /proc/cpuinfo), where the default config's learner computed 1.3x faster (bench/learner_step.py); elsewhere bf16 is emulated and slower, so it is ignored with a warning. Ignored on CUDA (see use_amp).")
     resume: Optional[str] = key(None, "Checkpoint directory, run directory or 'latest' to continue from; craftrl train then continues that run (docs/training.md). None starts fresh.")
     resume_optimizer: bool = key(True, "When resuming, restore the optimiser state too.")
     save_path: str = key("checkpoints", "Checkpoint directory; relative paths resolve inside the run directory.")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import logging
 import math
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -35,6 +36,9 @@ from craftrl.train.coefficients import adapt_entropy_coef, scheduled_gae_lambda
 from craftrl.train.gae import compute_gae, successors
 from craftrl.train.losses import (advantage_moments, clipped_policy_loss, explained_variance_from_sums,
                                   masked_mean, normalize_advantages, proximal_weights, value_loss)
+from craftrl.utils.hardware import NATIVE_BF16_FLAGS, native_cpu_bf16_flags
+
+logger = logging.getLogger(__name__)
 
 # Truncation of decoupled PPO's importance weights pi_proximal / pi_behaviour (``decoupled_clip``).
 PROXIMAL_MAX_WEIGHT = 2.0
@@ -166,7 +170,10 @@ class PPOLearner:
         self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=config.learning_rate,
                                            weight_decay=config.weight_decay, eps=config.adam_eps)
         self.use_amp = bool(config.use_amp and device.type == "cuda")
-        self.use_cpu_bf16 = bool(config.cpu_bf16 and device.type == "cpu")
+        self.use_cpu_bf16 = bool(config.cpu_bf16 and device.type == "cpu" and native_cpu_bf16_flags())
+        if config.cpu_bf16 and device.type == "cpu" and not self.use_cpu_bf16:
+            logger.warning("train_config.cpu_bf16 ignored: this CPU has no native bfloat16 instructions (%s), "
+                           "where bf16 is slower than float32", " or ".join(NATIVE_BF16_FLAGS))
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.use_amp)
         self.reference = reference
         self.rho = config.kl_divergence_coef_rho

@@ -274,9 +274,11 @@ def test_unreadable_and_missing_checkpoints_give_clear_errors(tmp_path):
         load_checkpoint(bad)
 
 
-def test_cpu_bf16_runs_the_passes_in_bfloat16_and_still_learns():
+def test_cpu_bf16_runs_the_passes_in_bfloat16_and_still_learns(monkeypatch):
     """cpu_bf16: the recurrent image policy's convolutions and LSTM compute in bf16, its first pass still
-    reproduces the float32 behaviour to bf16 rounding, and PPO still learns the bandit's rewarding action."""
+    reproduces the float32 behaviour to bf16 rounding, and PPO still learns the bandit's rewarding action.
+    (torch runs bf16 on any CPU, natively or emulated; the test pretends the CPU is native, whatever CI has.)"""
+    monkeypatch.setattr("craftrl.train.learner.native_cpu_bf16_flags", lambda: ("avx512_bf16",))
     torch.manual_seed(3)
     policy = default_policy_generator(num_actions=3, image_shape=(64, 64, 3), hidden_size=32, channels=(8, 8),
                                       encoder="tiles")
@@ -302,3 +304,29 @@ def test_cpu_bf16_runs_the_passes_in_bfloat16_and_still_learns():
         learner.iteration(bandit_fragments(bandit, num_envs=8, length=10, rng=rng, version=iteration), iteration,
                           iteration, torch.Generator().manual_seed(iteration))
     assert action_one_probability(bandit) > 0.85
+
+
+def test_cpu_bf16_is_ignored_with_a_warning_on_a_cpu_without_native_bf16(monkeypatch, caplog):
+    """Emulated bf16 made the learner slower than float32, so without native instructions the option is off."""
+    monkeypatch.setattr("craftrl.train.learner.native_cpu_bf16_flags", lambda: ())
+    policy = mlp_policy_generator(obs_dim=4, num_actions=2)
+    with caplog.at_level("WARNING", logger="craftrl.train.learner"):
+        learner = PPOLearner(policy, train_config(cpu_bf16=True), torch.device("cpu"))
+    assert not learner.use_cpu_bf16
+    assert "cpu_bf16 ignored" in caplog.text
+    monkeypatch.setattr("craftrl.train.learner.native_cpu_bf16_flags", lambda: ("amx_bf16",))
+    assert PPOLearner(policy, train_config(cpu_bf16=True), torch.device("cpu")).use_cpu_bf16
+
+
+def test_native_bf16_flags_come_from_the_cpu_flags_line(tmp_path, monkeypatch):
+    from craftrl.utils import hardware
+
+    cpuinfo = tmp_path / "cpuinfo"
+    monkeypatch.setattr(hardware, "Path", lambda _: cpuinfo)
+    for text, expected in (("flags\t\t: fpu avx512f avx512_bf16 sse\n", ("avx512_bf16",)),
+                           ("flags\t\t: fpu avx512f avx512bw\n", ()),  # AVX512 alone: torch emulates bf16
+                           ("model name\t: no flags line\n", ())):
+        cpuinfo.write_text(text)
+        hardware.native_cpu_bf16_flags.cache_clear()
+        assert hardware.native_cpu_bf16_flags() == expected
+    hardware.native_cpu_bf16_flags.cache_clear()

@@ -1,0 +1,22 @@
+"""What the CPU can do natively, for options whose benefit depends on it."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+@lru_cache(maxsize=1)
+def native_cpu_bf16_flags() -> tuple[str, ...]:
+    """The CPU's native bfloat16 instruction sets listed in /proc/cpuinfo (Linux); empty where none or unknown.
+
+    Why not ask torch: it reports bf16 as supported on any AVX512 CPU, where it is emulated and slower than
+    float32; only these instructions made the learner faster (bench/learner_step.py)."""
+    try:
+        flags_line = next(line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags"))
+    except (OSError, StopIteration):
+        return ()
+    flags = set(flags_line.split(":", 1)[-1].split())
+    return tuple(flag for flag in NATIVE_BF16_FLAGS if flag in flags)
