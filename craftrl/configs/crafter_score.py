@@ -35,5 +35,7 @@ online_dict["train_config"]["batch_size_per_gpu"] = 2
 online_dict["train_config"]["batches_per_iteration"] = 8
 online_dict["train_config"]["minibatch_window"] = 0
 online_dict["train_config"]["whole_batch_iterations"] = 0
+online_dict["train_config"]["cpu_bf16"] = False  # the recorded score was trained in float32,
+online_dict["train_config"]["target_kl"] = None  # with every epoch
 online_dict["train_config"]["record_video_interval"] = 250
 online_dict["logger_config"]["name"] = "crafter-score"

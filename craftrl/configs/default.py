@@ -13,6 +13,12 @@ defaults (docs/config.md). Choices, each measured on 2 cores (BENCHMARKS.md, "Le
   which kept the policy's entropy up and climbed past the 1.5-2 cows per episode where whole-batch runs
   levelled off. With both, every seed measured reached 3 cows per episode within 10 minutes;
 * lr 5e-4 (with 32 small steps per iteration the KL per iteration is already 0.02-0.05);
+* the learner's passes in bfloat16 (``cpu_bf16``) where the CPU has native bf16 instructions, float32 elsewhere
+  (1.3x less learner compute per iteration, CPU that goes back to the envs on 2 cores), and ``target_kl`` 0.02,
+  which ends an iteration's epochs once the policy has moved a KL of 0.03 (in the minibatch phase it otherwise
+  moved 0.03-0.06 per iteration, with clip fractions of 0.3-0.45). Together, seeds 0 / 1: 3 cows per episode
+  after 227 / 252 s and 7.5 / 8.7 cows at 10 minutes, against 292 / 261 s and 6.6 / 5.85 without them, on the
+  same machine (bench/notes/learning.md);
 * 8 env processes stepped in two groups of 4, so inference on one group overlaps stepping of the other;
 * for a sparse +1-per-cow reward: raw-return values (``use_normalized_vf`` off) and an advantage std floor of 0.1,
   so iterations without any reward do not turn value noise into policy updates (docs/training.md, "Sparse rewards").
@@ -50,6 +56,8 @@ online_dict = {
         "context_length": 64,
         "use_normalized_vf": False,
         "advantage_std_floor": 0.1,
+        "cpu_bf16": True,
+        "target_kl": 0.02,
         "save_interval": 50,
         "keep_interval": 0,
         "record_video_interval": 100,
