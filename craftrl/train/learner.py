@@ -173,7 +173,7 @@ class PPOLearner:
         self.use_cpu_bf16 = bool(config.cpu_bf16 and device.type == "cpu" and native_cpu_bf16_flags())
         if config.cpu_bf16 and device.type == "cpu" and not self.use_cpu_bf16:
             logger.warning("train_config.cpu_bf16 ignored: this CPU has no native bfloat16 instructions (%s), "
-                           "where bf16 is slower than float32", " or ".join(NATIVE_BF16_FLAGS))
+                           "where bf16 runs emulated", " or ".join(NATIVE_BF16_FLAGS))
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.use_amp)
         self.reference = reference
         self.rho = config.kl_divergence_coef_rho

@@ -307,7 +307,7 @@ def test_cpu_bf16_runs_the_passes_in_bfloat16_and_still_learns(monkeypatch):
 
 
 def test_cpu_bf16_is_ignored_with_a_warning_on_a_cpu_without_native_bf16(monkeypatch, caplog):
-    """Emulated bf16 made the learner slower than float32, so without native instructions the option is off."""
+    """Without native bf16 instructions (where bf16 runs emulated, unmeasured) the option is off."""
     monkeypatch.setattr("craftrl.train.learner.native_cpu_bf16_flags", lambda: ())
     policy = mlp_policy_generator(obs_dim=4, num_actions=2)
     with caplog.at_level("WARNING", logger="craftrl.train.learner"):
