@@ -149,15 +149,22 @@ def run_once(config: str, overrides: list[str], seed: int, minutes: float, outpu
     return run_dir
 
 
+def read_metrics(run_dir: Path) -> list[dict]:
+    """Every complete record of the run's ``metrics.jsonl`` (a line cut short by the stop is skipped)."""
+    records = []
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return records
+
+
 def read_curve(run_dir: Path) -> list[dict[str, float]]:
     """(seconds since launch, env steps, cows/episode, samples trained) for every logged iteration."""
     launched = float((run_dir / "launched_at").read_text())
     points = []
-    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
+    for record in read_metrics(run_dir):
         if not isinstance(record.get(COWS), (int, float)):
             continue
         points.append({"t": float(record["time"]) - launched, "steps": float(record.get("rollout/env_steps", 0.0)),
@@ -216,12 +223,7 @@ def wall_time_split(run_dir: Path) -> dict[str, float]:
     the loops' whole time; what the named parts leave is fragment cutting and sending actions and fragments).
     Learner: the per-iteration ``time/*`` seconds summed, against the time from its first to last iteration
     (the rest is logging and checkpoints). Empty for a run without these metrics."""
-    records = []
-    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
+    records = read_metrics(run_dir)
     timed = [r for r in records if "time/compute_s" in r]
     split: dict[str, float] = {}
     last = next((r for r in reversed(records) if r.get("rollout/loop_s")), None)

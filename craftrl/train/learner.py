@@ -55,6 +55,12 @@ def all_reduce(tensor: torch.Tensor, op: Any = None) -> torch.Tensor:
     return tensor
 
 
+def rank_mean(values: Sequence[float], device: torch.device) -> list[float]:
+    """Each value averaged over all ranks (float64), so every rank acts on the same numbers."""
+    world = dist.get_world_size() if distributed() else 1
+    return (all_reduce(torch.tensor(list(values), dtype=torch.float64, device=device)) / world).tolist()
+
+
 @dataclass
 class Batch:
     fragments: list[Fragment]
@@ -170,8 +176,9 @@ class PPOLearner:
         self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=config.learning_rate,
                                            weight_decay=config.weight_decay, eps=config.adam_eps)
         self.use_amp = bool(config.use_amp and device.type == "cuda")
-        self.use_cpu_bf16 = bool(config.cpu_bf16 and device.type == "cpu" and native_cpu_bf16_flags())
-        if config.cpu_bf16 and device.type == "cpu" and not self.use_cpu_bf16:
+        wants_cpu_bf16 = bool(config.cpu_bf16 and device.type == "cpu")
+        self.use_cpu_bf16 = wants_cpu_bf16 and bool(native_cpu_bf16_flags())
+        if wants_cpu_bf16 and not self.use_cpu_bf16:
             logger.warning("train_config.cpu_bf16 ignored: this CPU has no native bfloat16 instructions (%s), "
                            "where bf16 runs emulated", " or ".join(NATIVE_BF16_FLAGS))
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.use_amp)
@@ -312,10 +319,10 @@ class PPOLearner:
             group_kl = []
             for position, batch in enumerate(epoch):
                 closes_group = (position + 1) % cfg.gradient_accumulation == 0 or position == len(epoch) - 1
-                for name, value in self._train_batch(batch, warmup, closes_group).items():
+                values = self._train_batch(batch, warmup, closes_group)
+                for name, value in values.items():
                     sums[name] = sums.get(name, 0.0) + value
-                    if name == "ppo/proximal_kl":
-                        group_kl.append(value)
+                group_kl.append(values["ppo/proximal_kl"])
                 count += 1
                 if closes_group:
                     if self._past_target_kl(group_kl):
@@ -334,9 +341,7 @@ class PPOLearner:
         metrics["ppo/skipped_steps"] = float(skipped)
         metrics["ppo/optimizer_steps"] = float(len(grad_norms))
         metrics["ppo/stopped_early"] = float(stopped_early)
-        reduced = all_reduce(torch.tensor(list(metrics.values()), dtype=torch.float64, device=self.device))
-        world = dist.get_world_size() if distributed() else 1
-        return dict(zip(metrics, (reduced / world).tolist()))
+        return dict(zip(metrics, rank_mean(metrics.values(), self.device)))
 
     def _past_target_kl(self, group_kl: list[float]) -> bool:
         """``target_kl``: whether the policy has moved more than 1.5x the target from the iteration's start.
@@ -347,9 +352,8 @@ class PPOLearner:
         decides on the rank-averaged value, so all stop at the same step."""
         if self.config.target_kl is None or not group_kl:
             return False
-        kl = all_reduce(torch.tensor([float(np.mean(group_kl))], dtype=torch.float64, device=self.device))
-        world = dist.get_world_size() if distributed() else 1
-        return kl.item() / world > 1.5 * self.config.target_kl
+        kl, = rank_mean([float(np.mean(group_kl))], self.device)
+        return kl > 1.5 * self.config.target_kl
 
     def _train_batch(self, batch: Batch, warmup: bool, closes_group: bool) -> dict[str, float]:
         cfg = self.config
