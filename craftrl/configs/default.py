@@ -7,11 +7,14 @@ defaults (docs/config.md). Choices, each measured on 2 cores (BENCHMARKS.md, "Le
   kernel = stride = 7 sees one tile per position (docs/policies.md); it costs the CPU of the half-width Nature
   CNN it replaced (16/32/32), which CPU-only training needs (the Impala CNN costs 4-6x);
 * whole-batch PPO updates first, then small ones: 1024 env steps per iteration (16 fragments x 64 steps),
-  4 epochs, each fragment used in one iteration only (``max_reuse`` 1). For the first 60 iterations each epoch
-  is one optimiser step over all 1024 steps, which found the first cows soonest while rewards are rare; after
-  them the fragments are cut into 16-step sequences shuffled into 8 minibatches (32 steps per iteration),
-  which kept the policy's entropy up and climbed past the 1.5-2 cows per episode where whole-batch runs
-  levelled off. With both, every seed measured reached 3 cows per episode within 10 minutes;
+  4 epochs, each fragment used in one iteration only (``max_reuse`` 1). For the first 30 iterations each epoch
+  is one optimiser step over all 1024 steps, which finds the first cows soonest while rewards are rare; after
+  them the fragments are cut into 16-step sequences shuffled into 8 minibatches (up to 32 steps per
+  iteration), which keeps the policy's entropy up and climbs past the 1.5-2 cows per episode where whole-batch
+  runs level off. Switching after 30 iterations instead of 60 reached 3 cows per episode after a median 134k
+  env steps over 5 runs (113-194k; after 60: 145k and 167k): with ``target_kl`` bounding each iteration the
+  switch no longer costs the stall it did. This config's 20-minute runs (3 seeds): 3 cows after 194-300 s
+  (median 224 s), 9.55-10.1 cows at 20 minutes (bench/results/time_to_cows.md);
 * lr 5e-4 (with 32 small steps per iteration the KL per iteration is already 0.02-0.05);
 * the learner's passes in bfloat16 (``cpu_bf16``) where the CPU has native bf16 instructions, float32 elsewhere
   (1.3x less learner compute per iteration, CPU that goes back to the envs on 2 cores), and ``target_kl`` 0.02,
@@ -51,7 +54,7 @@ online_dict = {
         "batch_size_per_gpu": 2,
         "batches_per_iteration": 8,
         "minibatch_window": 16,
-        "whole_batch_iterations": 60,
+        "whole_batch_iterations": 30,
         "epochs_per_iteration": 4,
         "context_length": 64,
         "use_normalized_vf": False,
