@@ -11,10 +11,11 @@ defaults (docs/config.md). Choices, each measured on 2 cores (BENCHMARKS.md, "Le
   is one optimiser step over all 1024 steps, which finds the first cows soonest while rewards are rare; after
   them the fragments are cut into 16-step sequences shuffled into 8 minibatches (up to 32 steps per
   iteration), which keeps the policy's entropy up and climbs past the 1.5-2 cows per episode where whole-batch
-  runs level off. Switching after 30 iterations instead of 60 reached 3 cows per episode after a median 134k
-  env steps over 5 runs (113-194k; after 60: 145k and 167k): with ``target_kl`` bounding each iteration the
-  switch no longer costs the stall it did. This config's 20-minute runs (3 seeds): 3 cows after 194-300 s
-  (median 224 s), 9.55-10.1 cows at 20 minutes (bench/results/time_to_cows.md);
+  runs level off. With ``target_kl`` bounding each iteration the switch no longer costs the stall it did, and
+  30 iterations instead of 60 reached 3 cows after 118k / 113k env steps on a first A/B pair (60: 145k / 167k);
+  over all 7 runs of this config the median is 150k (113-209k), so the gain over 60 is not established. This
+  config's 20-minute runs (3 seeds): 3 cows after 194-300 s (median 224 s; 231 s with two more 10-minute
+  seeds), 9.55-10.1 cows at 20 minutes (bench/results/time_to_cows.md);
 * lr 5e-4 (with 32 small steps per iteration the KL per iteration is already 0.02-0.05);
 * the learner's passes in bfloat16 (``cpu_bf16``) where the CPU has native bf16 instructions, float32 elsewhere
   (1.3x less learner compute per iteration, CPU that goes back to the envs on 2 cores), and ``target_kl`` 0.02,
