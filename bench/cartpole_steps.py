@@ -20,6 +20,8 @@ import statistics
 import sys
 from pathlib import Path
 
+from craftrl.metrics import read_jsonl
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from time_to_cows import run_once  # noqa: E402  (bench scripts are run as files, not as a package)
 
@@ -31,11 +33,7 @@ def steps_to_target(run_dir: Path, target: float = TARGET) -> tuple[float, float
     """(env steps when the moving mean first reached ``target``, seconds since launch then, best mean)."""
     launched = float((run_dir / "launched_at").read_text())
     best = -math.inf
-    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
+    for record in read_jsonl(run_dir / "metrics.jsonl"):
         value = record.get(RETURN)
         if not isinstance(value, (int, float)) or record.get("episodes/total", 0) < 20:
             continue

@@ -27,6 +27,8 @@ import sys
 import time
 from pathlib import Path
 
+from craftrl.metrics import read_jsonl
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from time_to_cows import stop_run  # noqa: E402  (bench scripts share helpers by plain import)
 
@@ -66,22 +68,12 @@ def logged_env_steps(metrics_path: Path) -> float:
     if not metrics_path.exists():
         return 0.0
     steps = 0.0
-    for line in metrics_path.read_text().splitlines():
+    for record in read_jsonl(metrics_path):
         try:
-            steps = float(json.loads(line).get("rollout/env_steps", steps))
-        except (json.JSONDecodeError, TypeError, ValueError):
+            steps = float(record.get("rollout/env_steps", steps))
+        except (TypeError, ValueError):
             continue
     return steps
-
-
-def read_episodes(path: Path) -> list[dict]:
-    episodes = []
-    for line in path.read_text().splitlines():
-        try:
-            episodes.append(json.loads(line))
-        except json.JSONDecodeError:  # the cut last line of a killed run
-            continue
-    return episodes
 
 
 def first_episodes_within(episodes: list[dict], env_steps: int) -> list[dict]:
@@ -117,10 +109,10 @@ def all_achievements() -> list[str]:
 def elapsed_minutes(run_dir: Path) -> float:
     """Training wall-clock time of the run (``train/elapsed_s`` of its last logged iteration)."""
     elapsed = 0.0
-    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+    for record in read_jsonl(run_dir / "metrics.jsonl"):
         try:
-            elapsed = float(json.loads(line).get("train/elapsed_s", elapsed))
-        except (json.JSONDecodeError, TypeError, ValueError):
+            elapsed = float(record.get("train/elapsed_s", elapsed))
+        except (TypeError, ValueError):
             continue
     return elapsed / 60
 
@@ -165,7 +157,7 @@ def main() -> None:
         root.mkdir(parents=True, exist_ok=True)
         run_dir = run_until(args.config, args.overrides, args.seed, args.env_steps, args.max_minutes, root,
                             root / f"seed{args.seed}.log")
-    episodes = first_episodes_within(read_episodes(run_dir / "episodes.jsonl"), args.env_steps)
+    episodes = first_episodes_within(read_jsonl(run_dir / "episodes.jsonl"), args.env_steps)
     rates = success_rates(episodes, all_achievements())
     score = crafter_score(rates)
     print(json.dumps({"run": str(run_dir), "episodes": len(episodes),

@@ -27,6 +27,8 @@ import sys
 import time
 from pathlib import Path
 
+from craftrl.metrics import read_jsonl
+
 COWS = "episodes/cows_killed_mean"
 THRESHOLDS = (1.0, 2.0, 3.0)
 CHECKPOINTS_MIN = (2.5, 3.75, 5.0, 10.0, 15.0, 20.0)
@@ -149,22 +151,11 @@ def run_once(config: str, overrides: list[str], seed: int, minutes: float, outpu
     return run_dir
 
 
-def read_metrics(run_dir: Path) -> list[dict]:
-    """Every complete record of the run's ``metrics.jsonl`` (a line cut short by the stop is skipped)."""
-    records = []
-    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return records
-
-
 def read_curve(run_dir: Path) -> list[dict[str, float]]:
     """(seconds since launch, env steps, cows/episode, samples trained) for every logged iteration."""
     launched = float((run_dir / "launched_at").read_text())
     points = []
-    for record in read_metrics(run_dir):
+    for record in read_jsonl(run_dir / "metrics.jsonl"):
         if not isinstance(record.get(COWS), (int, float)):
             continue
         points.append({"t": float(record["time"]) - launched, "steps": float(record.get("rollout/env_steps", 0.0)),
@@ -223,7 +214,7 @@ def wall_time_split(run_dir: Path) -> dict[str, float]:
     the loops' whole time; what the named parts leave is fragment cutting and sending actions and fragments).
     Learner: the per-iteration ``time/*`` seconds summed, against the time from its first to last iteration
     (the rest is logging and checkpoints). Empty for a run without these metrics."""
-    records = read_metrics(run_dir)
+    records = read_jsonl(run_dir / "metrics.jsonl")
     timed = [r for r in records if "time/compute_s" in r]
     split: dict[str, float] = {}
     last = next((r for r in reversed(records) if r.get("rollout/loop_s")), None)

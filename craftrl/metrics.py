@@ -52,6 +52,19 @@ class JsonlSink:
         self._file.close()
 
 
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The records of a JSON-lines file that a ``JsonlSink`` wrote (``metrics.jsonl``, ``episodes.jsonl``).
+
+    A run killed mid-write leaves a cut line (the next run's sink ends it); it is skipped, not an error."""
+    records = []
+    for line in Path(path).read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return records
+
+
 def _last_byte(path: Path) -> bytes:
     with open(path, "rb") as file:
         file.seek(-1, os.SEEK_END)

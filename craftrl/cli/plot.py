@@ -6,10 +6,10 @@ per episode when the runs report ``episodes/cows_killed_mean``.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from craftrl.config.validate import ConfigError
+from craftrl.metrics import read_jsonl
 
 RETURN = "episodes/return_mean"
 COWS = "episodes/cows_killed_mean"
@@ -20,11 +20,7 @@ def read_curve(run_dir: Path) -> dict[str, list[float]]:
     if not path.is_file():
         raise ConfigError([f"plot: {run_dir}: no metrics.jsonl (is it a craftrl run directory?)"])
     curve: dict[str, list[float]] = {"steps": [], "minutes": [], RETURN: [], COWS: []}
-    for line in path.read_text().splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a line cut by a crash
+    for record in read_jsonl(path):
         if RETURN not in record or not isinstance(record[RETURN], (int, float)):
             continue
         curve["steps"].append(float(record.get("rollout/env_steps", record.get("step", 0))))

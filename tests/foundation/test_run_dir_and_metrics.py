@@ -9,7 +9,7 @@ import pytest
 
 from craftrl.config import build_config
 from craftrl.config.schema import LoggerConfig
-from craftrl.metrics import MetricsLogger, resolve_wandb_mode
+from craftrl.metrics import JsonlSink, MetricsLogger, read_jsonl, resolve_wandb_mode
 from craftrl.run_dir import RunDirectory
 
 
@@ -88,3 +88,16 @@ def test_a_failing_sink_is_disabled_without_stopping_the_others(tmp_path: Path, 
     logger.close()
     assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 2
     assert capsys.readouterr().err.count("disk full") == 1
+
+
+def test_read_jsonl_skips_the_line_a_killed_run_cut_and_keeps_what_a_resume_appends(tmp_path: Path):
+    path = tmp_path / "metrics.jsonl"
+    sink = JsonlSink(path)
+    sink.write({"loss": 1.0}, step=1, wall_time=10.0)
+    sink.close()
+    with open(path, "a") as file:
+        file.write('{"step": 2, "loss"')  # killed mid-write
+    resumed = JsonlSink(path)
+    resumed.write({"loss": 0.5}, step=3, wall_time=30.0)
+    resumed.close()
+    assert [(r["step"], r["loss"]) for r in read_jsonl(path)] == [(1, 1.0), (3, 0.5)]
