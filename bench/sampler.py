@@ -6,9 +6,9 @@ alternating raw and rollout windows so that machine noise hits both alike. The r
 fragments are dropped instead of sent, so what is measured is the sampler, not the replay path. The ratio
 says what the sampler costs on top of the env itself.
 
-    .venv/bin/python bench/sampler.py [--envs 8] [--batch-size 4] [--seconds 10] [--rounds 3]
+    .venv/bin/python bench/sampler.py [--envs 8] [--batch-size 4] [--envs-per-process 0] [--seconds 10] [--rounds 3]
 
-Env count and group size default to the default config's (craftrl/configs/default.py).
+Env count, group size and envs per process default to the default config's (craftrl/configs/default.py).
 
 Last line: ``P1 sampler_efficiency=<rollout sps / raw sps>``.
 """
@@ -62,6 +62,8 @@ def main() -> None:
     worker = default_config.online_dict["rollout_config"]["worker_config"]
     parser.add_argument("--envs", type=int, default=worker["num_envs"])
     parser.add_argument("--batch-size", type=int, default=worker["batch_size"])
+    parser.add_argument("--envs-per-process", type=int, default=worker.get("envs_per_process", 1),
+                        help="0: as the rollout worker picks it (about one env process per core)")
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1, help="torch threads for inference")
@@ -71,13 +73,14 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     rng = np.random.default_rng(0)
     generator = env_generator(TASK)
-    raw_pool = EnvPool(generator, args.envs, start_timeout_s=120)
-    raw_pool.reset_all()
     dropped: list[int] = []
     policy = default_config.policy_generator() if args.policy == "default" else CountingPolicy(17)
     parameters = sum(p.numel() for p in policy.parameters())
     loop = RolloutLoop(generator, policy, num_envs=args.envs, batch_size=args.batch_size,
-                       fragment_length=256, emit=lambda fragment: dropped.append(fragment.length))
+                       fragment_length=256, emit=lambda fragment: dropped.append(fragment.length),
+                       envs_per_process=args.envs_per_process)
+    raw_pool = EnvPool(generator, args.envs, start_timeout_s=120, envs_per_process=loop.envs_per_process)
+    raw_pool.reset_all()
     # warm up both (process start-up and first forward passes are not part of the steady state)
     raw_steps_per_s(raw_pool, 2.0, rng)
     rollout_steps_per_s(loop, 2.0)
@@ -87,6 +90,7 @@ def main() -> None:
         raw.append(raw_steps_per_s(raw_pool, args.seconds, rng))
         rollout.append(rollout_steps_per_s(loop, args.seconds))
     timers = loop.timers.as_dict()
+    raw_pool_processes = len(raw_pool.process_ids())
     loop.close()
     raw_pool.close()
     ratios = [r / w for r, w in zip(rollout, raw)]
@@ -96,10 +100,11 @@ def main() -> None:
         f"## Sampler efficiency, P1 (`bench/sampler.py`, {args.policy} policy)",
         "",
         f"`.venv/bin/python bench/sampler.py --envs {args.envs} --batch-size {args.batch_size} "
+        f"--envs-per-process {args.envs_per_process} "
         f"--seconds {args.seconds:g} --rounds {args.rounds} --threads {args.threads} --policy {args.policy}`, "
         f"{datetime.date.today().isoformat()}, {os.cpu_count()} cores, load average {load_before:.1f} at start.",
         "",
-        f"Task `{TASK}`, {args.envs} env processes on both sides, "
+        f"Task `{TASK}`, {args.envs} envs in {raw_pool_processes} env processes on both sides, "
         + (f"the default config's policy ({type(policy.encoder).__name__} + {policy.core.kind.upper() if policy.core else 'no'} "
            f"core, {parameters / 1e6:.2f} M parameters)" if args.policy == "default"
            else "a no-compute counting policy (sampler overhead only)")

@@ -89,7 +89,8 @@ class ReplayBufferConfig:
 
 @dataclass
 class WorkerConfig:
-    num_envs: int = key(4, "Env processes owned by each rollout worker.", AT_LEAST_ONE)
+    num_envs: int = key(4, "Envs owned by each rollout worker, run in num_envs / envs_per_process env processes.", AT_LEAST_ONE)
+    envs_per_process: int = key(1, "Envs that share one env process: one pipe round trip per process and step instead of one per env, but a failure rebuilds all of them. 0 picks it on the worker's machine: about one env process per CPU core (num_envs / cores, rounded up to a divisor of batch_size so that inference groups are whole processes), 1 where restart_interval is set. Must be <= num_envs; recycling (restart_interval) needs 1.", NON_NEGATIVE)
     batch_size: int = key(4, "Envs grouped into one policy forward pass; must be <= num_envs.", AT_LEAST_ONE)
     restart_interval: Optional[float] = key(None, "Recycle an env process after this many seconds, at the next episode boundary; None or 0 disables.", NON_NEGATIVE)
     step_timeout: float = key(60.0, "Seconds an env step may take before the env process is killed and restarted (a hang).", POSITIVE)

@@ -152,6 +152,17 @@ def cross_field_problems(config: OnlineConfig) -> list[str]:
             f"rollout_config.worker_config.batch_size: expected <= worker_config.num_envs ({worker.num_envs}), "
             f"got {worker.batch_size}; a forward pass cannot batch more envs than the worker owns"
         )
+    if worker.envs_per_process > worker.num_envs:
+        problems.append(
+            f"rollout_config.worker_config.envs_per_process: expected <= worker_config.num_envs ({worker.num_envs}), "
+            f"got {worker.envs_per_process}"
+        )
+    elif worker.envs_per_process > 1 and worker.restart_interval:
+        problems.append(
+            f"rollout_config.worker_config.restart_interval: expected None or 0 when envs_per_process > 1 "
+            f"(it is {worker.envs_per_process}), got {worker.restart_interval:g}; recycling one env's process "
+            "would cut the episodes of the other envs in it"
+        )
     train = config.train_config
     if train.save_interval and train.keep_interval and train.keep_interval % train.save_interval:
         problems.append(

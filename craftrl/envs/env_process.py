@@ -1,19 +1,27 @@
 """The body of one env process, and the parent-side handle that starts and kills it.
 
-Why a process per env: a game that crashes, hangs or leaks (Minecraft's JVM does all three) must not
+Why a separate process: a game that crashes, hangs or leaks (Minecraft's JVM does all three) must not
 take the rollout worker with it, and it must be possible to kill it together with everything it
 started. Each env process therefore makes itself the leader of a new session (``os.setsid``), so its
-process group holds the env and all of its children; killing that group reaps a JVM too.
+process group holds its envs and all of their children; killing that group reaps a JVM too.
 
-Wire protocol (tuples over a duplex pipe; the parent never has more than one request outstanding
-except the fire-and-forget ``record``):
+Why it may host several envs: every request and reply costs a pipe round trip and two process
+wake-ups, which on a small machine cost about as much CPU as a Crafter step itself. A process that
+steps ``count`` envs per request pays that once for all of them. The price is shared fate: when one
+of them fails, the process and all of its envs are rebuilt.
 
-* parent -> child: ``("reset", seed, record)``, ``("step", action, auto_reset, record)``, ``("close",)``
-* child -> parent: ``("reset", obs, info, frames_started)``,
-  ``("step", obs, reward, terminated, truncated, info, frames)``, ``("error", where, traceback_text)``
+Wire protocol (tuples over a duplex pipe; at most one request outstanding per env, one reply per request):
 
-After a step that ends the episode with ``auto_reset`` set, the child sends the step reply and then,
-unasked, the reply of the reset it runs at once, so the reset overlaps the policy's inference.
+* parent -> child: ``("reset", [(index, seed, record), ...])``, ``("step", [(index, action, auto_reset,
+  record), ...])``, ``("close",)``; ``index`` numbers the envs of this process from 0;
+* child -> parent: ``("results", [entry, ...])`` with one entry per env of the request, in its order:
+  ``(index, "reset", obs, info, frames_started)`` or ``(index, "step", obs, reward, terminated, truncated,
+  info, frames)``; or ``("error", where, traceback_text)``, after which the parent kills the process.
+
+After a step that ends the episode with ``auto_reset`` set, the child runs the reset at once and puts
+its entry right after the step's, in the same reply. When a request fails partway, the entries that
+were finished (other envs' steps, or this env's last step before its reset failed) are sent first, then
+the error, so no result that exists is lost.
 """
 
 from __future__ import annotations
@@ -82,48 +90,60 @@ def _reset(env: Any, seed: int | None) -> tuple[Any, Any]:
     return result
 
 
-def env_process_main(conn: Connection, generator_bytes: bytes) -> None:
-    """Entry point of an env process: build the env, then serve reset/step requests until told to stop."""
+def _step_entry(env: Any, recorder: _Recorder, index: int, action: Any, record: bool) -> tuple:
+    recorder.requested |= record
+    result = env.step(action)
+    check_step_result(result, "env.step")
+    obs, reward, terminated, truncated, info = result
+    frames = recorder.on_step(env, bool(terminated or truncated))
+    return (index, "step", obs, float(reward), bool(terminated), bool(truncated), info, frames)
+
+
+def _reset_entry(env: Any, recorder: _Recorder, index: int, seed: int | None, record: bool) -> tuple:
+    recorder.requested |= record
+    obs, info = _reset(env, seed)
+    return (index, "reset", obs, info, recorder.on_reset(env))
+
+
+def env_process_main(conn: Connection, generator_bytes: bytes, count: int = 1) -> None:
+    """Entry point of an env process: build ``count`` envs, then serve requests until told to stop."""
     os.setsid()
     _watch_parent(os.getppid())
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it kills us
     where = "env_generator"
+    entries: list[tuple] = []
     try:
-        env = pickle.loads(generator_bytes)()
-        recorder = _Recorder()
+        generator = pickle.loads(generator_bytes)
+        envs = [generator() for _ in range(count)]
+        recorders = [_Recorder() for _ in range(count)]
         while True:
             try:
                 message = conn.recv()
-            except EOFError:  # the parent is gone: take the env's children with us
+            except EOFError:  # the parent is gone: take the envs' children with us
                 _kill_own_group()
-            command, where = message[0], message[0]
+            command, where, entries = message[0], message[0], []
             if command == "close":
-                env.close()
+                for env in envs:
+                    env.close()
                 return
-            if command == "record":
-                recorder.requested = True
-            elif command == "reset":
-                _, seed, record = message
-                recorder.requested |= record
-                obs, info = _reset(env, seed)
-                conn.send(("reset", obs, info, recorder.on_reset(env)))
+            if command == "reset":
+                for index, seed, record in message[1]:
+                    entries.append(_reset_entry(envs[index], recorders[index], index, seed, record))
             elif command == "step":
-                _, action, auto_reset, record = message
-                recorder.requested |= record
-                result = env.step(action)
-                check_step_result(result, "env.step")
-                obs, reward, terminated, truncated, info = result
-                episode_over = bool(terminated or truncated)
-                frames = recorder.on_step(env, episode_over)
-                conn.send(("step", obs, float(reward), bool(terminated), bool(truncated), info, frames))
-                if episode_over and auto_reset:
-                    where = "reset"
-                    obs, info = _reset(env, None)
-                    conn.send(("reset", obs, info, recorder.on_reset(env)))
+                for index, action, auto_reset, record in message[1]:
+                    where = "step"
+                    entries.append(_step_entry(envs[index], recorders[index], index, action, record))
+                    terminated, truncated = entries[-1][4:6]
+                    if (terminated or truncated) and auto_reset:
+                        where = "reset"
+                        entries.append(_reset_entry(envs[index], recorders[index], index, None, False))
             else:
                 raise ValueError(f"env process: unknown command {command!r}")
+            conn.send(("results", entries))
     except BaseException:  # noqa: BLE001 - every failure is reported; the parent then kills the group
         try:
+            if entries:  # what the other envs (or this env's finished step) produced still counts
+                conn.send(("results", entries))
             conn.send(("error", where, traceback.format_exc()))
         except (OSError, ValueError):
             pass
@@ -132,9 +152,9 @@ def env_process_main(conn: Connection, generator_bytes: bytes) -> None:
 class EnvProcess:
     """Parent-side handle of one env process: start it, talk to it, kill its whole process group."""
 
-    def __init__(self, context: multiprocessing.context.BaseContext, generator_bytes: bytes) -> None:
+    def __init__(self, context: multiprocessing.context.BaseContext, generator_bytes: bytes, count: int = 1) -> None:
         self.conn, child_conn = context.Pipe(duplex=True)
-        self.process = context.Process(target=env_process_main, args=(child_conn, generator_bytes),
+        self.process = context.Process(target=env_process_main, args=(child_conn, generator_bytes, count),
                                        name="craftrl-env", daemon=False)
         self.process.start()
         child_conn.close()  # so that the child's death reads as EOF here

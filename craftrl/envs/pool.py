@@ -15,12 +15,20 @@ step's ``reward``/``terminated``/``truncated``/``info``, the episode's last obse
 observation of the next episode (``first=True``, its reset info in ``reset_info``). Every result
 answers exactly one ``send`` except ``from_reset`` results, which answer ``reset_all``.
 
+Processes: ``envs_per_process`` consecutive envs share one process, which steps all of the envs an
+action batch names in one request and answers in one reply (1 keeps every env alone). Results still
+come per env, so callers see no difference, except that a group (``recv``'s batch) made of whole
+processes' envs pays one pipe round trip per process instead of one per env.
+
 Failures: if an env process dies, hangs past ``step_timeout_s`` (``start_timeout_s`` while it is
-being built), or raises, its process group is killed, a fresh env is built and reset, and the
+being built), or raises, its process group is killed, fresh envs are built and reset, and each
 interrupted step comes back as ``truncated=True, reward=0.0, final_obs=None`` with
 ``info["env_restarted"] = True`` (the trainer then bootstraps with the value of the last observation
-it has). ``restart_counts`` goes up. With ``restart_interval_s`` set, an env older than that is
-rebuilt at its next episode end; that does not count as a failure and the episode ends normally.
+it has). An env of that process that was not stepping (its result was with the caller) loses its
+episode too: its next ``send`` is answered the same way, without reaching the env. ``restart_counts``
+goes up for every env of the process. With ``restart_interval_s`` set (one env per process only), an
+env older than that is rebuilt at its next episode end; that does not count as a failure and the
+episode ends normally.
 """
 
 from __future__ import annotations
@@ -79,32 +87,49 @@ class EnvResult:
 
 @dataclass
 class _Slot:
+    """One env, as the caller sees it."""
+
     env_id: int
-    process: EnvProcess | None = None
+    host: _Host
+    index: int  # the env's position among its process's envs
     waiting_for: str | None = None  # "reset" | "step" | None (idle: waits for an action)
     deadline: float = float("inf")
-    fresh: bool = True  # the process has not answered yet (it may still be building the env)
     auto_reset_sent: bool = True
     held_step: tuple | None = None  # an episode-ending step reply, held until its reset arrives
     lost_step: bool = False  # the in-flight step died with its process
+    stale: bool = False  # the process was rebuilt while the caller held this env's result
+    stale_reset: tuple | None = None  # the rebuilt env's reset reply, kept until the caller's next send
     restart_reason: str | None = None
     record_pending: bool = False
     episode_return: float = 0.0
     episode_length: int = 0
-    start_failures: int = 0
     restarts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(RESTART_REASONS, 0))
     recycles: int = 0
 
 
-def _kill_all(slots: list[_Slot]) -> None:
-    for slot in slots:
-        if slot.process is not None:
-            slot.process.kill()
-            slot.process = None
+@dataclass
+class _Host:
+    """One env process and the slots of the envs it runs."""
+
+    slots: list[_Slot] = field(default_factory=list)
+    process: EnvProcess | None = None
+    fresh: bool = True  # the process has not answered yet (it may still be building its envs)
+    start_failures: int = 0
+
+    @property
+    def env_ids(self) -> list[int]:
+        return [slot.env_id for slot in self.slots]
+
+
+def _kill_all(hosts: list[_Host]) -> None:
+    for host in hosts:
+        if host.process is not None:
+            host.process.kill()
+            host.process = None
 
 
 class EnvPool:
-    """``num_envs`` envs from ``env_generator``, each in its own supervised process (spawn context).
+    """``num_envs`` envs from ``env_generator`` in supervised processes (spawn context), ``envs_per_process`` each.
 
     ``env_generator`` is a zero-argument callable, pickled with cloudpickle (by reference when it is
     importable, by value otherwise). ``restart_interval_s`` of None or 0 disables recycling.
@@ -120,6 +145,7 @@ class EnvPool:
         restart_interval_s: float | None = None,
         max_start_failures: int = 3,
         close_timeout_s: float = 5.0,
+        envs_per_process: int = 1,
     ) -> None:
         if not callable(env_generator):
             raise TypeError(f"EnvPool env_generator: expected a zero-argument callable, got {type(env_generator).__name__}")
@@ -130,6 +156,11 @@ class EnvPool:
                 raise ValueError(f"EnvPool {name}: expected a positive number of seconds, got {value!r}")
         if restart_interval_s is not None and restart_interval_s < 0:
             raise ValueError(f"EnvPool restart_interval_s: expected None, 0 (disabled) or seconds > 0, got {restart_interval_s!r}")
+        if not isinstance(envs_per_process, int) or not 1 <= envs_per_process <= num_envs:
+            raise ValueError(f"EnvPool envs_per_process: expected an int in [1, num_envs={num_envs}], got {envs_per_process!r}")
+        if restart_interval_s and envs_per_process > 1:
+            raise ValueError("EnvPool restart_interval_s: expected None or 0 when envs_per_process > 1 "
+                             f"(got {restart_interval_s!r}); recycling one env's process would cut its other envs' episodes")
         self.num_envs = num_envs
         self.step_timeout_s = float(step_timeout_s)
         self.start_timeout_s = float(start_timeout_s)
@@ -138,12 +169,17 @@ class EnvPool:
         self.close_timeout_s = float(close_timeout_s)
         self._generator_bytes = cloudpickle.dumps(env_generator)
         self._context = multiprocessing.get_context("spawn")
-        self._slots = [_Slot(env_id) for env_id in range(num_envs)]
+        self._hosts = [_Host() for _ in range(0, num_envs, envs_per_process)]
+        self._slots = []
+        for env_id in range(num_envs):
+            host = self._hosts[env_id // envs_per_process]
+            host.slots.append(_Slot(env_id, host, index=len(host.slots)))
+            self._slots.append(host.slots[-1])
         self._results: list[EnvResult] = []
         self._closed = False
-        self._finalizer = weakref.finalize(self, _kill_all, self._slots)
-        for slot in self._slots:  # build all envs in parallel, before the first reset is asked for
-            self._start_process(slot)
+        self._finalizer = weakref.finalize(self, _kill_all, self._hosts)
+        for host in self._hosts:  # build all envs in parallel, before the first reset is asked for
+            self._start_process(host)
 
     # ------------------------------------------------------------------ public API
 
@@ -159,8 +195,8 @@ class EnvPool:
         if busy or self._results:
             raise RuntimeError(f"EnvPool.reset_all: envs {busy or [r.env_id for r in self._results]} still have "
                                "undelivered results; recv them first")
-        for slot in self._slots:
-            self._request_reset(slot, None if seeds is None else seeds[slot.env_id])
+        for host in self._hosts:
+            self._request_resets(host, None if seeds is None else [seeds[env_id] for env_id in host.env_ids])
 
     def send(self, env_ids: Sequence[int], actions: Sequence[Any]) -> None:
         """Start one step on each of ``env_ids`` with the matching action; returns without waiting."""
@@ -173,14 +209,23 @@ class EnvPool:
         for env_id in env_ids:
             if not 0 <= env_id < self.num_envs:
                 raise ValueError(f"EnvPool.send: env id {env_id} out of range [0, {self.num_envs})")
-            if self._slots[env_id].waiting_for is not None:
+            slot = self._slots[env_id]
+            if slot.waiting_for is not None and not slot.stale:
                 raise RuntimeError(f"EnvPool.send: env {env_id} is still busy; send only to envs whose result you received")
+        requests: dict[int, list[tuple]] = {}  # id(host) -> the step requests of its envs
         for env_id, action in zip(env_ids, actions):
             slot = self._slots[env_id]
-            assert slot.process is not None
-            slot.auto_reset_sent = not self._recycle_due(slot)
+            if slot.stale:
+                self._lose_step_of_stale(slot)
+                continue
+            slot.auto_reset_sent = not self._recycle_due(slot.host)
             slot.waiting_for, slot.deadline = "step", time.monotonic() + self.step_timeout_s
-            slot.process.send(("step", action, slot.auto_reset_sent, slot.record_pending))
+            requests.setdefault(id(slot.host), []).append(
+                (slot.index, action, slot.auto_reset_sent, slot.record_pending))
+        for host in self._hosts:
+            if id(host) in requests:
+                assert host.process is not None
+                host.process.send(("step", requests[id(host)]))
 
     def recv(self, min_count: int = 1, timeout: float | None = None) -> list[EnvResult]:
         """Block until at least ``min_count`` results are ready, then return every ready result.
@@ -189,7 +234,7 @@ class EnvPool:
         Envs that die, hang or raise meanwhile are restarted here, and their results still come.
         """
         self._check_open()
-        outstanding = sum(slot.waiting_for is not None for slot in self._slots) + len(self._results)
+        outstanding = sum(slot.waiting_for is not None and not slot.stale for slot in self._slots) + len(self._results)
         if min_count > outstanding:
             raise ValueError(f"EnvPool.recv: min_count={min_count} but only {outstanding} results are outstanding "
                              "(send actions first)")
@@ -226,18 +271,19 @@ class EnvPool:
     def idle_env_ids(self) -> list[int]:
         """Envs waiting for an action (their last result was delivered)."""
         delivered = {result.env_id for result in self._results}
-        return [slot.env_id for slot in self._slots if slot.waiting_for is None and slot.env_id not in delivered]
+        return [slot.env_id for slot in self._slots
+                if (slot.waiting_for is None or slot.stale) and slot.env_id not in delivered]
 
     def process_ids(self) -> list[int]:
         """PIDs of the live env processes (each is also its process group id)."""
-        return [slot.process.pid for slot in self._slots if slot.process is not None]
+        return [host.process.pid for host in self._hosts if host.process is not None]
 
     def close(self) -> None:
         """Ask every env to close, wait up to ``close_timeout_s`` in total, then kill every group."""
         if self._closed:
             return
         self._closed = True
-        live = [slot.process for slot in self._slots if slot.process is not None]
+        live = [host.process for host in self._hosts if host.process is not None]
         asked = [process for process in live if process.send(("close",))]
         give_up_at = time.monotonic() + self.close_timeout_s
         pending = {process.sentinel: process for process in asked}
@@ -258,21 +304,24 @@ class EnvPool:
         if self._closed:
             raise RuntimeError("EnvPool: the pool is closed")
 
-    def _recycle_due(self, slot: _Slot) -> bool:
-        assert slot.process is not None
+    def _recycle_due(self, host: _Host) -> bool:
+        assert host.process is not None
         return self.restart_interval_s is not None and (
-            time.monotonic() - slot.process.started_at >= self.restart_interval_s)
+            time.monotonic() - host.process.started_at >= self.restart_interval_s)
 
-    def _start_process(self, slot: _Slot) -> None:
-        slot.process = EnvProcess(self._context, self._generator_bytes)
-        slot.fresh = True
+    def _start_process(self, host: _Host) -> None:
+        host.process = EnvProcess(self._context, self._generator_bytes, len(host.slots))
+        host.fresh = True
 
-    def _request_reset(self, slot: _Slot, seed: int | None) -> None:
-        assert slot.process is not None
-        slot.waiting_for = "reset"
-        slot.deadline = (slot.process.started_at + self.start_timeout_s if slot.fresh
-                         else time.monotonic() + self.step_timeout_s)
-        slot.process.send(("reset", seed, slot.record_pending))
+    def _request_resets(self, host: _Host, seeds: Sequence[int | None] | None = None) -> None:
+        """Reset every env of the process, in one request."""
+        assert host.process is not None
+        deadline = (host.process.started_at + self.start_timeout_s if host.fresh
+                    else time.monotonic() + self.step_timeout_s)
+        for slot in host.slots:
+            slot.waiting_for, slot.deadline = "reset", deadline
+        host.process.send(("reset", [(slot.index, None if seeds is None else seeds[slot.index], slot.record_pending)
+                                     for slot in host.slots]))
 
     def _poll(self, give_up_at: float) -> None:
         """Wait (blocking, no spinning) for replies, deaths or deadlines, and handle what happened."""
@@ -281,49 +330,56 @@ class EnvPool:
             return
         next_deadline = min(slot.deadline for slot in busy)
         timeout = max(0.0, min(give_up_at, next_deadline) - time.monotonic())
-        by_handle: dict[Any, _Slot] = {}
+        by_handle: dict[Any, _Host] = {}
         for slot in busy:
-            assert slot.process is not None
-            by_handle[slot.process.conn] = slot
-            by_handle[slot.process.sentinel] = slot
+            assert slot.host.process is not None
+            by_handle[slot.host.process.conn] = slot.host
+            by_handle[slot.host.process.sentinel] = slot.host
         ready = wait(list(by_handle), timeout=timeout)
-        for slot in {id(by_handle[handle]): by_handle[handle] for handle in ready}.values():
-            self._drain(slot)
+        for host in {id(by_handle[handle]): by_handle[handle] for handle in ready}.values():
+            self._drain(host)
         now = time.monotonic()
         for slot in busy:
             if slot.waiting_for is not None and slot.deadline <= now:
-                self._restart(slot, "timeout", f"no {slot.waiting_for} reply within the timeout")
+                self._restart(slot.host, "timeout", f"env {slot.env_id}: no {slot.waiting_for} reply within the timeout")
 
-    def _drain(self, slot: _Slot) -> None:
-        """Handle every message this env has sent; restart it if its process has died."""
-        process = slot.process
+    def _drain(self, host: _Host) -> None:
+        """Handle every message this process has sent; restart it if it has died."""
+        process = host.process
         assert process is not None
         try:
-            while slot.process is process and process.conn.poll():
-                self._handle(slot, process.conn.recv())
+            while host.process is process and process.conn.poll():
+                self._handle(host, process.conn.recv())
         except (EOFError, OSError):  # the child closed its end: it is dead or dying
             process.process.join(timeout=1.0)
-            self._restart(slot, "died", f"env process exited with code {process.process.exitcode}")
+            self._restart(host, "died", f"env process exited with code {process.process.exitcode}")
             return
-        if slot.process is process and slot.waiting_for is not None and not process.process.is_alive():
-            self._restart(slot, "died", f"env process exited with code {process.process.exitcode}")
+        busy = any(slot.waiting_for is not None for slot in host.slots)
+        if host.process is process and busy and not process.process.is_alive():
+            self._restart(host, "died", f"env process exited with code {process.process.exitcode}")
 
-    def _handle(self, slot: _Slot, message: tuple) -> None:
-        kind = message[0]
-        if kind == "error":
+    def _handle(self, host: _Host, message: tuple) -> None:
+        if message[0] == "error":
             _, where, text = message
-            self._restart(slot, "exception", f"exception in {where}:\n{text}")
-        elif kind == "step" and slot.waiting_for == "step":
-            self._on_step(slot, *message[1:])
-        elif kind == "reset" and slot.waiting_for == "reset":
-            self._on_reset(slot, *message[1:])
-        else:
-            self._restart(slot, "exception", f"unexpected {kind!r} message while waiting for {slot.waiting_for!r}")
+            self._restart(host, "exception", f"exception in {where}:\n{text}")
+            return
+        process = host.process
+        for index, kind, *payload in message[1]:
+            slot = host.slots[index]
+            if kind == "step" and slot.waiting_for == "step":
+                self._on_step(slot, *payload)
+            elif kind == "reset" and slot.waiting_for == "reset":
+                self._on_reset(slot, *payload)
+            else:
+                self._restart(host, "exception", f"env {slot.env_id}: unexpected {kind!r} reply while waiting "
+                                                 f"for {slot.waiting_for!r}")
+            if host.process is not process:  # rebuilt (a failure or a recycle): the rest is stale
+                return
 
     def _on_step(self, slot: _Slot, obs: Any, reward: float, terminated: bool, truncated: bool,
                  info: dict, frames: list | None) -> None:
-        slot.fresh = False
-        slot.start_failures = 0
+        slot.host.fresh = False
+        slot.host.start_failures = 0
         slot.episode_return += reward
         slot.episode_length += 1
         if not (terminated or truncated):
@@ -334,13 +390,16 @@ class EnvPool:
         if slot.auto_reset_sent:
             slot.waiting_for, slot.deadline = "reset", time.monotonic() + self.step_timeout_s
         else:
-            self._replace_process(slot)
+            self._replace_process(slot.host)
             slot.recycles += 1
 
     def _on_reset(self, slot: _Slot, obs: Any, reset_info: dict, recording_started: bool) -> None:
-        slot.fresh = False
-        slot.start_failures = 0
+        slot.host.fresh = False
+        slot.host.start_failures = 0
         slot.waiting_for = None
+        if slot.stale:  # the caller has not asked yet: answer its next send with this
+            slot.stale_reset = (obs, reset_info, recording_started)
+            return
         if recording_started:
             slot.record_pending = False
         restarted = slot.restart_reason is not None
@@ -363,22 +422,34 @@ class EnvPool:
         slot.episode_return, slot.episode_length = 0.0, 0
         self._results.append(result)
 
-    def _restart(self, slot: _Slot, reason: str, detail: str) -> None:
-        """Kill the env's process group, count the failure, and build and reset a fresh env."""
-        slot.restarts[reason] += 1
-        if slot.waiting_for == "step":
-            slot.lost_step = True
-        slot.restart_reason = reason
-        logger.warning("env %d restarted (%s): %s", slot.env_id, reason, detail)
-        if slot.fresh:
-            slot.start_failures += 1
-            if slot.start_failures >= self.max_start_failures:
-                _kill_all([slot])
-                raise EnvPoolError(f"env {slot.env_id}: {slot.start_failures} fresh envs in a row failed before "
-                                   f"answering; last failure ({reason}): {detail}")
-        self._replace_process(slot)
+    def _lose_step_of_stale(self, slot: _Slot) -> None:
+        """The caller acted on an observation of an env that has since been rebuilt: the step is lost."""
+        slot.stale, slot.lost_step = False, True
+        if slot.stale_reset is not None:  # the fresh env is ready: answer now
+            reset_reply, slot.stale_reset = slot.stale_reset, None
+            slot.waiting_for = "reset"
+            self._on_reset(slot, *reset_reply)
+        # else its reset is still on the way and is answered as a lost step when it comes
 
-    def _replace_process(self, slot: _Slot) -> None:
-        _kill_all([slot])
-        self._start_process(slot)
-        self._request_reset(slot, None)
+    def _restart(self, host: _Host, reason: str, detail: str) -> None:
+        """Kill the process group, count the failure for each of its envs, and build and reset fresh envs."""
+        for slot in host.slots:
+            slot.restarts[reason] += 1
+            if slot.waiting_for == "step":
+                slot.lost_step = True
+            elif slot.waiting_for is None or slot.stale:  # its last result went (or goes) to the caller
+                slot.stale, slot.stale_reset = True, None
+            slot.restart_reason = reason
+        logger.warning("env process of envs %s restarted (%s): %s", host.env_ids, reason, detail)
+        if host.fresh:
+            host.start_failures += 1
+            if host.start_failures >= self.max_start_failures:
+                _kill_all([host])
+                raise EnvPoolError(f"env {', '.join(map(str, host.env_ids))}: {host.start_failures} fresh envs in a "
+                                   f"row failed before answering; last failure ({reason}): {detail}")
+        self._replace_process(host)
+
+    def _replace_process(self, host: _Host) -> None:
+        _kill_all([host])
+        self._start_process(host)
+        self._request_resets(host)

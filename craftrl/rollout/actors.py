@@ -73,6 +73,7 @@ class RolloutWorker:
         self.send_seconds = 0.0
         self.loop = RolloutLoop(
             env_generator, policy, num_envs=worker_cfg.num_envs, batch_size=worker_cfg.batch_size,
+            envs_per_process=worker_cfg.envs_per_process,
             fragment_length=rollout.fragment_length, emit=self._enqueue, on_episode=self._report_episode,
             on_video=self._write_video, discount=online.train_config.discount,
             step_timeout=worker_cfg.step_timeout, reset_timeout=worker_cfg.reset_timeout,

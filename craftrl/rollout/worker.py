@@ -29,6 +29,7 @@ from craftrl.envs import EnvPool, EnvResult
 from craftrl.policies.state import merge_states, split_state, state_to_numpy
 from craftrl.rollout.cutter import FragmentCutter
 from craftrl.rollout.fragment import Fragment
+from craftrl.utils.hardware import usable_cores
 
 
 @dataclass
@@ -98,6 +99,20 @@ def _is_scalar(value: Any) -> bool:
     return isinstance(value, (int, float, np.integer, np.floating))
 
 
+def auto_envs_per_process(num_envs: int, batch_size: int, cores: int, recycling: bool = False) -> int:
+    """``envs_per_process=0``: about one env process per core, each inference group made of whole processes.
+
+    Why per core: more env processes than cores only adds pipe round trips and wake-ups (each costs about
+    as much CPU as a Crafter step); fewer would leave cores idle on a larger machine. Recycling needs 1.
+    """
+    if recycling:
+        return 1
+    needed = -(-num_envs // max(cores, 1))
+    if needed <= batch_size:
+        return next(k for k in range(needed, batch_size + 1) if batch_size % k == 0)
+    return min(num_envs, -(-needed // batch_size) * batch_size)
+
+
 def obs_batch(observations: list[dict[str, Any]], device: torch.device) -> dict[str, torch.Tensor]:
     """Stack numeric observation entries into ``[B, 1, ...]`` tensors (non-numeric entries are skipped)."""
     batch = {}
@@ -128,7 +143,7 @@ class RolloutLoop:
                  on_video: Callable[[dict[str, Any], list[Any]], None] | None = None,
                  discount: float = 0.99, step_timeout: float = 60.0, reset_timeout: float = 300.0,
                  restart_interval: float | None = None, worker_name: str = "w0", seed: int | None = None,
-                 initial_version: int = -1) -> None:
+                 initial_version: int = -1, envs_per_process: int = 1) -> None:
         if not 1 <= batch_size <= num_envs:
             raise ValueError(f"batch_size: expected 1 <= batch_size <= num_envs ({num_envs}), got {batch_size}")
         self.policy = policy.eval()
@@ -145,8 +160,10 @@ class RolloutLoop:
         self._weights_lock = threading.Lock()
         self._video_label: dict[str, Any] | None = None
         incarnation = uuid.uuid4().hex[:8]  # a recreated worker must never continue an old chain of indices
+        self.envs_per_process = envs_per_process or auto_envs_per_process(
+            num_envs, batch_size, usable_cores(), recycling=bool(restart_interval))
         self.pool = EnvPool(env_generator, num_envs, step_timeout_s=step_timeout, start_timeout_s=reset_timeout,
-                            restart_interval_s=restart_interval)
+                            restart_interval_s=restart_interval, envs_per_process=self.envs_per_process)
         self.tracks = [
             _EnvTrack(FragmentCutter(f"{worker_name}.{incarnation}/env{i}", fragment_length),
                       policy.initial_state(1))
@@ -235,7 +252,7 @@ class RolloutLoop:
         rows = [r for r in group if r.truncated and r.final_obs is not None and not r.from_reset]
         if not rows:
             return {}
-        with torch.no_grad():
+        with torch.inference_mode():
             state = merge_states([self.tracks[r.env_id].state for r in rows])
             first = torch.zeros(len(rows), 1, dtype=torch.bool, device=self.device)
             latents, _ = self.policy(input=obs_batch([r.final_obs for r in rows], self.device),
@@ -263,7 +280,7 @@ class RolloutLoop:
         tracks = [self.tracks[result.env_id] for result in group]
         states_in = [track.state for track in tracks]
         first = torch.tensor([[result.first] for result in group], dtype=torch.bool, device=self.device)
-        with torch.no_grad():
+        with torch.inference_mode():
             out = self.policy.act(obs_batch([result.obs for result in group], self.device),
                                   merge_states(states_in), first)
         actions = action_rows(out.action, len(group))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 from pathlib import Path
 
@@ -20,3 +21,11 @@ def native_cpu_bf16_flags() -> tuple[str, ...]:
         return ()
     flags = set(flags_line.split(":", 1)[-1].split())
     return tuple(flag for flag in NATIVE_BF16_FLAGS if flag in flags)
+
+
+def usable_cores() -> int:
+    """CPU cores this process may run on (its affinity mask, which containers and taskset narrow)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1

@@ -167,6 +167,89 @@ def test_failed_env_is_restarted_counted_and_its_episode_truncated(failure: str)
     assert wait_until_gone(new_pids) == [], "close() must kill every env process group"
 
 
+def shared_pool(num_envs: int, envs_per_process: int, **env_kwargs) -> EnvPool:
+    return EnvPool(functools.partial(ScriptedEnv, **env_kwargs), num_envs, envs_per_process=envs_per_process,
+                   step_timeout_s=STEP_TIMEOUT_S, start_timeout_s=START_TIMEOUT_S)
+
+
+def test_envs_sharing_a_process_answer_per_env_with_the_same_semantics() -> None:
+    with shared_pool(4, 2, episode_length=3, end_with="truncated") as pool:
+        assert len(pool.process_ids()) == 2
+        pool.reset_all(seeds=[10, 11, 12, 13])
+        results = sorted(pool.recv(4), key=lambda r: r.env_id)
+        assert [r.info["seed"] for r in results] == [10, 11, 12, 13]
+        pids = [r.info["pid"] for r in results]
+        assert pids[0] == pids[1] != pids[2] == pids[3] and set(pids) == set(pool.process_ids())
+        results = step_all(pool, results, action=7)
+        assert [(r.obs["t"], r.info["action"], r.first) for r in results] == [(1, 7, False)] * 4
+        pool.send([1], [5])  # one env of a process steps while its neighbour waits for its action
+        [result] = pool.recv(1)
+        assert (result.env_id, result.obs["t"], result.info["action"]) == (1, 2, 5)
+        assert pool.idle_env_ids == [0, 1, 2, 3]
+        pool.send([0, 2, 3, 1], [0, 0, 0, 0])
+        results = sorted(pool.recv(4), key=lambda r: r.env_id)
+        assert [r.obs["t"] for r in results] == [2, 0, 2, 2]  # env 1's episode ended: the reset obs
+        ended = results[1]
+        assert (ended.truncated, ended.first, ended.reward, ended.final_obs["t"]) == (True, True, 1.0, 3)
+        assert ended.reset_info["episode"] == ended.info["episode"] + 1 and ended.episode.length == 3
+        assert pool.restart_counts == [0, 0, 0, 0]
+
+
+def test_a_dead_process_restarts_all_its_envs_and_a_waiting_env_loses_its_next_step() -> None:
+    pool = shared_pool(2, 2, episode_length=100, fail_in="step", fail_mode="exit", fail_at=2)
+    try:
+        pool.reset_all()
+        results = pool.recv(2)
+        old_pid = results[0].info["pid"]
+        results = step_all(pool, results)  # each env's first step is fine
+        pool.send([0], [0])  # env 0's second step kills the process; env 1 waits for its action
+        [lost] = pool.recv(1)
+        assert lost.env_id == 0 and lost.info["restart_reason"] == "died"
+        assert (lost.truncated, lost.reward, lost.final_obs, lost.obs["t"]) == (True, 0.0, None, 0)
+        assert pool.restart_counts == [1, 1]
+        assert pool.idle_env_ids == [0, 1]
+        # Env 1 acts on an observation of the dead env: the pool answers with a lost step, not the new env.
+        pool.send([1], [0])
+        [stale] = pool.recv(1)
+        assert stale.env_id == 1 and stale.info["env_restarted"] is True and stale.info["restart_reason"] == "died"
+        assert (stale.terminated, stale.truncated, stale.first, stale.reward) == (False, True, True, 0.0)
+        assert stale.final_obs is None and stale.obs["t"] == 0 and stale.reset_info["pid"] != old_pid
+        assert (stale.episode.length, stale.episode.restarted) == (1, True)
+        assert wait_until_gone([old_pid]) == []
+        results = step_all(pool, [lost, stale])  # the rebuilt envs work, in one new process
+        assert [r.obs["t"] for r in results] == [1, 1]
+        assert results[0].info["pid"] == results[1].info["pid"] != old_pid
+        assert "env_restarted" not in results[0].info
+    finally:
+        pool.close()
+
+
+def test_a_failed_reset_keeps_the_finished_steps_of_its_process() -> None:
+    """The reply's entries done before the failure still arrive: env 0's finished episode is kept."""
+    pool = shared_pool(2, 2, episode_length=2, end_with="truncated", fail_in="reset", fail_mode="raise", fail_at=2)
+    try:
+        pool.reset_all()
+        results = step_all(pool, pool.recv(2))
+        results = step_all(pool, results)  # env 0 ends its episode, then its auto-reset raises
+        kept, lost = results
+        assert (kept.reward, kept.final_obs["t"], kept.info["restart_reason"]) == (1.0, 2, "exception")
+        assert (kept.episode.length, kept.episode.restarted) == (2, False)
+        assert (lost.reward, lost.final_obs, lost.info["restart_reason"]) == (0.0, None, "exception")
+        assert (lost.episode.length, lost.episode.restarted) == (1, True)
+        assert all(r.truncated and r.first and r.obs["t"] == 0 for r in results)
+        assert pool.restart_counts == [1, 1]
+    finally:
+        pool.close()
+
+
+def test_envs_per_process_is_checked() -> None:
+    generator = functools.partial(ScriptedEnv)
+    with pytest.raises(ValueError, match=r"envs_per_process: expected an int in \[1, num_envs=2\], got 3"):
+        EnvPool(generator, 2, envs_per_process=3)
+    with pytest.raises(ValueError, match="restart_interval_s: expected None or 0 when envs_per_process > 1"):
+        EnvPool(generator, 2, envs_per_process=2, restart_interval_s=10.0)
+
+
 def test_generator_that_always_fails_raises_one_clear_error() -> None:
     pool = EnvPool(functools.partial(ScriptedEnv, end_with="never"), 1, step_timeout_s=STEP_TIMEOUT_S,
                    start_timeout_s=START_TIMEOUT_S, max_start_failures=2)

@@ -11,7 +11,7 @@ import torch
 from craftrl.envs.testing import ScriptedEnv
 from craftrl.rollout.cutter import FragmentCutter
 from craftrl.rollout.testing import CountingPolicy
-from craftrl.rollout.worker import RolloutLoop
+from craftrl.rollout.worker import RolloutLoop, auto_envs_per_process
 
 
 def collect(env_generator, *, num_envs=2, batch_size=1, fragment_length=4, fragments=6, **kwargs):
@@ -36,11 +36,13 @@ def by_env(fragments):
     return grouped
 
 
-def test_fragment_fields_line_up_with_the_scripted_env():
+@pytest.mark.parametrize("num_envs, batch_size, envs_per_process", [(2, 1, 1), (4, 2, 2), (4, 1, 2)])
+def test_fragment_fields_line_up_with_the_scripted_env(num_envs, batch_size, envs_per_process):
     env = functools.partial(ScriptedEnv, episode_length=5, end_with="terminated")
-    fragments, episodes, _ = collect(env, num_envs=2, batch_size=1, fragment_length=4, fragments=8)
+    fragments, episodes, _ = collect(env, num_envs=num_envs, batch_size=batch_size, fragment_length=4,
+                                     fragments=4 * num_envs, envs_per_process=envs_per_process)
     grouped = by_env(fragments)
-    assert len(grouped) == 2
+    assert len(grouped) == num_envs
     for env_id, chain in grouped.items():
         assert [f.index for f in chain] == list(range(len(chain)))
         t = np.concatenate([f.obs["t"] for f in chain])
@@ -67,6 +69,19 @@ def test_fragment_fields_line_up_with_the_scripted_env():
             assert (f.version == -1).all()
     assert all(e.episode_return == 5.0 and e.length == 5 for e in episodes)
     assert episodes[0].discounted_return == pytest.approx(sum(0.99 ** k for k in range(5)))
+
+
+@pytest.mark.parametrize("num_envs, batch_size, cores, recycling, expected", [
+    (8, 4, 2, False, 4),  # two processes on two cores, each inference group one process
+    (8, 4, 3, False, 4),  # 3 per process would split groups: the next divisor of the group size
+    (8, 4, 4, False, 2),
+    (8, 4, 16, False, 1),  # more cores than envs: every env alone
+    (64, 4, 2, False, 32),  # more than a group per process: whole groups
+    (5, 5, 2, False, 5),
+    (8, 4, 2, True, 1),  # restart_interval recycles single envs
+])
+def test_auto_envs_per_process_gives_about_one_process_per_core(num_envs, batch_size, cores, recycling, expected):
+    assert auto_envs_per_process(num_envs, batch_size, cores, recycling) == expected
 
 
 def test_truncation_is_kept_apart_and_bootstrapped_with_the_final_observation_value():
