@@ -23,7 +23,11 @@ defaults (docs/config.md). Choices, each measured on 2 cores (BENCHMARKS.md, "Le
   moved 0.03-0.06 per iteration, with clip fractions of 0.3-0.45). Together, seeds 0 / 1: 3 cows per episode
   after 227 / 252 s and 7.5 / 8.7 cows at 10 minutes, against 292 / 261 s and 6.6 / 5.85 without them, on the
   same machine (bench/notes/learning.md);
-* 8 env processes stepped in two groups of 4, so inference on one group overlaps stepping of the other;
+* 8 envs stepped in two groups of 4, so inference on one group overlaps stepping of the other, with
+  ``envs_per_process`` 0: the worker puts about one env process on each core (on 2 cores, two processes of
+  4 envs, one per group), so a group costs one pipe round trip instead of 4 -- each round trip costs about
+  as much CPU as a Crafter step (bench/results/env_throughput.md); on a larger machine the same config
+  gives each env its own process;
 * for a sparse +1-per-cow reward: raw-return values (``use_normalized_vf`` off) and an advantage std floor of 0.1,
   so iterations without any reward do not turn value noise into policy updates (docs/training.md, "Sparse rewards").
 """
@@ -46,7 +50,7 @@ online_dict = {
     "rollout_config": {
         "fragment_length": 64,
         "to_send_queue_size": 4,
-        "worker_config": {"num_envs": 8, "batch_size": 4},
+        "worker_config": {"num_envs": 8, "batch_size": 4, "envs_per_process": 0},
         "replay_buffer_config": {"max_reuse": 1, "max_staleness": 2},
     },
     "train_config": {
