@@ -141,12 +141,14 @@ def env_process_main(conn: Connection, generator_bytes: bytes, count: int = 1) -
                 raise ValueError(f"env process: unknown command {command!r}")
             conn.send(("results", entries))
     except BaseException:  # noqa: BLE001 - every failure is reported; the parent then kills the group
-        try:
-            if entries:  # what the other envs (or this env's finished step) produced still counts
-                conn.send(("results", entries))
-            conn.send(("error", where, traceback.format_exc()))
-        except (OSError, ValueError):
-            pass
+        report = ("error", where, traceback.format_exc())
+        # What the other envs (or this env's finished step) produced still counts, unless it is the reply that
+        # failed (an observation that cannot be pickled): then only the error goes.
+        for message in ([("results", entries)] if entries else []) + [report]:
+            try:
+                conn.send(message)
+            except Exception:  # noqa: BLE001 - a broken pipe or an unpicklable reply; nothing more to tell
+                pass
 
 
 class EnvProcess:
