@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-FAILURE_MODES = ("exit", "hang", "raise")
+FAILURE_MODES = ("exit", "hang", "raise", "unpicklable")
 
 
 class ScriptedEnv:
@@ -48,10 +48,13 @@ class ScriptedEnv:
         if spawn_child:
             self.child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1000)"])
 
-    def _maybe_fail(self, method: str) -> None:
+    def _maybe_fail(self, method: str) -> bool:
+        """Fail as scripted; True where the failure is an unpicklable reply (the caller builds it)."""
         self.calls[method] += 1
         if self.fail_in != method or self.calls[method] != self.fail_at:
-            return
+            return False
+        if self.fail_mode == "unpicklable":
+            return True
         if self.fail_mode == "exit":
             os._exit(3)
         if self.fail_mode == "hang":
@@ -66,18 +69,23 @@ class ScriptedEnv:
                 "t": self.t, "episode": self.episode}
 
     def reset(self, seed: int | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
-        self._maybe_fail("reset")
+        unpicklable = self._maybe_fail("reset")
         self.t = 0
         self.episode += 1
-        return self._obs(), dict(self._info(), seed=seed)
+        info = dict(self._info(), seed=seed)
+        if unpicklable:
+            info["callback"] = lambda: None  # no pipe can carry this
+        return self._obs(), info
 
     def step(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
-        self._maybe_fail("step")
+        unpicklable = self._maybe_fail("step")
         if self.step_sleep_s:
             time.sleep(self.step_sleep_s)
         self.t += 1
         over = self.t >= self.episode_length
         info = dict(self._info(), action=action)
+        if unpicklable:
+            info["callback"] = lambda: None  # no pipe can carry this
         return self._obs(), 1.0, over and self.end_with == "terminated", over and self.end_with == "truncated", info
 
     def render(self) -> np.ndarray:

@@ -121,9 +121,10 @@ FAILURES = {
     "hang in step": dict(fail_in="step", fail_mode="hang", fail_at=2),
     "raise in step": dict(fail_in="step", fail_mode="raise", fail_at=2),
     "raise in reset": dict(fail_in="reset", fail_mode="raise", fail_at=2),
+    "unpicklable step reply": dict(fail_in="step", fail_mode="unpicklable", fail_at=2),
 }
 REASONS = {"os._exit in step": "died", "hang in step": "timeout", "raise in step": "exception",
-           "raise in reset": "exception"}
+           "raise in reset": "exception", "unpicklable step reply": "exception"}
 
 
 @pytest.mark.parametrize("failure", list(FAILURES))

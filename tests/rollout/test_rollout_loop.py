@@ -36,7 +36,7 @@ def by_env(fragments):
     return grouped
 
 
-@pytest.mark.parametrize("num_envs, batch_size, envs_per_process", [(2, 1, 1), (4, 2, 2), (4, 1, 2)])
+@pytest.mark.parametrize("num_envs, batch_size, envs_per_process", [(2, 1, 1), (4, 2, 2), (4, 1, 2), (4, 2, 0)])
 def test_fragment_fields_line_up_with_the_scripted_env(num_envs, batch_size, envs_per_process):
     env = functools.partial(ScriptedEnv, episode_length=5, end_with="terminated")
     fragments, episodes, _ = collect(env, num_envs=num_envs, batch_size=batch_size, fragment_length=4,
