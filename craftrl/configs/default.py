@@ -13,9 +13,10 @@ defaults (docs/config.md). Choices, each measured on 2 cores (BENCHMARKS.md, "Le
   iteration), which keeps the policy's entropy up and climbs past the 1.5-2 cows per episode where whole-batch
   runs level off. With ``target_kl`` bounding each iteration the switch no longer costs the stall it did, and
   30 iterations instead of 60 reached 3 cows after 118k / 113k env steps on a first A/B pair (60: 145k / 167k);
-  over all 7 runs of this config the median is 150k (113-209k), so the gain over 60 is not established. This
-  config's 20-minute runs (3 seeds): 3 cows after 194-300 s (median 224 s; 231 s with two more 10-minute
-  seeds), 9.55-10.1 cows at 20 minutes (bench/results/time_to_cows.md);
+  over all 15 runs of this learning config the median is 155k (113-215k), so the gain over 60 is not
+  established. With one env per process its 20-minute runs (3 seeds) reached 3 cows after 194-300 s and
+  9.55-10.1 cows at 20 minutes (median over 5 seeds 231 s); with the envs per process below, 183-259 s, median
+  209 s over the same 5 seeds (bench/results/time_to_cows.md);
 * lr 5e-4 (with 32 small steps per iteration the KL per iteration is already 0.02-0.05);
 * the learner's passes in bfloat16 (``cpu_bf16``) where the CPU has native bf16 instructions, float32 elsewhere
   (1.3x less learner compute per iteration, CPU that goes back to the envs on 2 cores), and ``target_kl`` 0.02,
@@ -26,8 +27,9 @@ defaults (docs/config.md). Choices, each measured on 2 cores (BENCHMARKS.md, "Le
 * 8 envs stepped in two groups of 4, so inference on one group overlaps stepping of the other, with
   ``envs_per_process`` 0: the worker puts about one env process on each core (on 2 cores, two processes of
   4 envs, one per group), so a group costs one pipe round trip instead of 4 -- each round trip costs about
-  as much CPU as a Crafter step (bench/results/env_throughput.md); on a larger machine the same config
-  gives each env its own process;
+  as much CPU as a Crafter step (bench/results/env_throughput.md); same seed, one run after another: 650 /
+  706 / 737 env steps/s end to end with 1 / 2 / 4 envs per process. On a larger machine the same config gives
+  each env its own process;
 * for a sparse +1-per-cow reward: raw-return values (``use_normalized_vf`` off) and an advantage std floor of 0.1,
   so iterations without any reward do not turn value noise into policy updates (docs/training.md, "Sparse rewards").
 """
