@@ -265,7 +265,8 @@ class EnvPool:
     def stats(self) -> dict[str, Any]:
         totals = {reason: sum(slot.restarts[reason] for slot in self._slots) for reason in RESTART_REASONS}
         return {"restarts": sum(totals.values()), "restarts_by_reason": totals,
-                "recycles": sum(self.recycle_counts), "restart_counts": self.restart_counts}
+                "recycles": sum(self.recycle_counts), "restart_counts": self.restart_counts,
+                "env_processes": len(self.process_ids())}
 
     @property
     def idle_env_ids(self) -> list[int]:

@@ -240,6 +240,7 @@ class RolloutManager:
             "rollout/env_steps": float(totals["env_steps"]),
             "rollout/sps": totals["env_steps"] / elapsed if elapsed > 0 else 0.0,
             "rollout/queue_fill": float(sum(s.get("queue_fill", 0) for s in statuses)),
+            "rollout/env_processes": float(sum(s.get("env_processes", 0) for s in statuses)),
             "rollout/env_restarts": float(totals["restarts"]),
             "rollout/workers_recreated": float(self.recreated),
             "rollout/workers_given_up": float(len(self.given_up)),

@@ -175,7 +175,7 @@ def shared_pool(num_envs: int, envs_per_process: int, **env_kwargs) -> EnvPool:
 
 def test_envs_sharing_a_process_answer_per_env_with_the_same_semantics() -> None:
     with shared_pool(4, 2, episode_length=3, end_with="truncated") as pool:
-        assert len(pool.process_ids()) == 2
+        assert len(pool.process_ids()) == 2 and pool.stats()["env_processes"] == 2
         pool.reset_all(seeds=[10, 11, 12, 13])
         results = sorted(pool.recv(4), key=lambda r: r.env_id)
         assert [r.info["seed"] for r in results] == [10, 11, 12, 13]

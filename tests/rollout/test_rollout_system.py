@@ -23,7 +23,8 @@ def test_fragments_reach_the_replay_buffer_and_read_back_chained(ray_session, tm
         "detach_rollout_manager": False,
         "rollout_config": {
             "num_rollout_workers": 2, "num_cpus_per_worker": 0, "fragment_length": 4, "to_send_queue_size": 2,
-            "worker_config": {"num_envs": 2, "batch_size": 2, "video_output_dir": str(tmp_path / "videos")},
+            "worker_config": {"num_envs": 2, "batch_size": 2, "envs_per_process": 2,
+                              "video_output_dir": str(tmp_path / "videos")},
             "replay_buffer_config": {"max_chunks": 50, "max_reuse": 1, "fragments_per_chunk": 2,
                                      "database_config": {"path": str(tmp_path / "replay"), "num_shards": 2}},
         },
@@ -53,6 +54,7 @@ def test_fragments_reach_the_replay_buffer_and_read_back_chained(ray_session, tm
         # the loop's whole time bounds its named parts (bench/time_to_cows.py splits it into them)
         parts = status["rollout/inference_s"] + status["rollout/env_wait_s"] + status["rollout/emit_wait_s"]
         assert 0 < parts <= status["rollout/loop_s"]
+        assert status["rollout/env_processes"] == 2  # each worker's 2 envs share one process
     finally:
         assert stop_rollout_system()
     with pytest.raises(ValueError):
