@@ -107,7 +107,7 @@ class _Slot:
     recycles: int = 0
 
 
-@dataclass
+@dataclass(eq=False)  # hashed by identity: pending requests and ready handles are keyed by their host
 class _Host:
     """One env process and the slots of the envs it runs."""
 
@@ -212,7 +212,7 @@ class EnvPool:
             slot = self._slots[env_id]
             if slot.waiting_for is not None and not slot.stale:
                 raise RuntimeError(f"EnvPool.send: env {env_id} is still busy; send only to envs whose result you received")
-        requests: dict[int, list[tuple]] = {}  # id(host) -> the step requests of its envs
+        requests: dict[_Host, list[tuple]] = {}  # the step requests of each process's envs
         for env_id, action in zip(env_ids, actions):
             slot = self._slots[env_id]
             if slot.stale:
@@ -220,12 +220,10 @@ class EnvPool:
                 continue
             slot.auto_reset_sent = not self._recycle_due(slot.host)
             slot.waiting_for, slot.deadline = "step", time.monotonic() + self.step_timeout_s
-            requests.setdefault(id(slot.host), []).append(
-                (slot.index, action, slot.auto_reset_sent, slot.record_pending))
-        for host in self._hosts:
-            if id(host) in requests:
-                assert host.process is not None
-                host.process.send(("step", requests[id(host)]))
+            requests.setdefault(slot.host, []).append((slot.index, action, slot.auto_reset_sent, slot.record_pending))
+        for host, host_requests in requests.items():
+            assert host.process is not None
+            host.process.send(("step", host_requests))
 
     def recv(self, min_count: int = 1, timeout: float | None = None) -> list[EnvResult]:
         """Block until at least ``min_count`` results are ready, then return every ready result.
@@ -337,7 +335,7 @@ class EnvPool:
             by_handle[slot.host.process.conn] = slot.host
             by_handle[slot.host.process.sentinel] = slot.host
         ready = wait(list(by_handle), timeout=timeout)
-        for host in {id(by_handle[handle]): by_handle[handle] for handle in ready}.values():
+        for host in dict.fromkeys(by_handle[handle] for handle in ready):
             self._drain(host)
         now = time.monotonic()
         for slot in busy:
@@ -428,7 +426,6 @@ class EnvPool:
         slot.stale, slot.lost_step = False, True
         if slot.stale_reset is not None:  # the fresh env is ready: answer now
             reset_reply, slot.stale_reset = slot.stale_reset, None
-            slot.waiting_for = "reset"
             self._on_reset(slot, *reset_reply)
         # else its reset is still on the way and is answered as a lost step when it comes
 
