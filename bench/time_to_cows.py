@@ -8,6 +8,10 @@ clock a user's stopwatch would use. "Cows per episode" is the moving mean over t
 
     python bench/time_to_cows.py --minutes 20 --seeds 0 1 2
     python bench/time_to_cows.py --minutes 6 --seeds 0 -- train_config.learning_rate=1e-3
+    python bench/time_to_cows.py --minutes 11 --stop-at-cows 3 --seeds 0 1 -- <override>   # an A/B of time to 3 cows
+
+``--stop-at-cows N`` stops each run once its 20-episode mean reaches N (the figure an A/B compares), so a
+seed costs its time to N cows instead of the whole ``--minutes``; the later columns are then empty.
 
 The last line is ``P3 time_to_3_cows_s=<median over seeds, or inf>``.
 """
@@ -114,10 +118,12 @@ def machine_speed(seconds: float = 3.0) -> float:
     return in_process("crafter/cows", seconds)[0]
 
 
-def run_once(config: str, overrides: list[str], seed: int, minutes: float, output_root: Path, log: Path) -> Path:
-    """One training run; returns its run directory. The child gets SIGTERM at the deadline.
+def run_once(config: str, overrides: list[str], seed: int, minutes: float, output_root: Path, log: Path,
+             stop_at_cows: float | None = None) -> Path:
+    """One training run; returns its run directory. The child gets SIGTERM at the deadline, or as soon as the
+    20-episode mean reaches ``stop_at_cows`` (an A/B of time to N cows needs nothing after it).
 
-    Before launch the machine's raw env speed is measured (``machine.json``); just before the deadline the CPU
+    Before launch the machine's raw env speed is measured (``machine.json``); just before the stop the CPU
     time of every process of the run is recorded by component (``cpu_split.json`` in the run directory), which
     says where a 2-core machine's time goes."""
     raw_env_sps = machine_speed()
@@ -126,34 +132,54 @@ def run_once(config: str, overrides: list[str], seed: int, minutes: float, outpu
     command = [sys.executable, "-m", "craftrl.cli.main", "train", config, f"seed={seed}",
                f"output_root={output_root}", "train_config.num_iterations=1000000", *overrides]
     launched = time.time()
+    deadline = time.monotonic() + max(minutes * 60 - 5, 1)
+    split: dict[str, float] = {}
+    reached = False
     with log.open("w") as out:
         child = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        split: dict[str, float] = {}
-        try:
-            child.wait(timeout=max(minutes * 60 - 5, 1))
-        except subprocess.TimeoutExpired:
-            split = cpu_by_component(child.pid)
+        while child.poll() is None and time.monotonic() < deadline and not reached:
             try:
-                child.wait(timeout=5)
+                child.wait(timeout=min(2.0, max(deadline - time.monotonic(), 0.01)))
             except subprocess.TimeoutExpired:
-                pass
+                reached = stop_at_cows is not None and _reached(log, launched, stop_at_cows)
+        if child.poll() is None:
+            split = cpu_by_component(child.pid)
+            elapsed = time.time() - launched
+            if not reached:  # the CPU split was taken 5 s early; the run still gets its whole --minutes
+                try:
+                    child.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    pass
         stop_run(child, grace_s=120)
-    match = re.search(r"run directory (\S+)", log.read_text())
-    if not match:
+    run_dir = _run_directory(log)
+    if run_dir is None:
         raise SystemExit(f"time_to_cows: no run directory in {log}")
-    run_dir = Path(match.group(1))
     (run_dir / "launched_at").write_text(f"{launched}\n")
     (run_dir / "machine.json").write_text(json.dumps({"raw_env_steps_per_s_1_process": raw_env_sps}))
     if split:
-        elapsed = minutes * 60 - 5
         (run_dir / "cpu_split.json").write_text(json.dumps(
             {"wall_s": elapsed, "cpu_s": split, "cores_used": {k: v / elapsed for k, v in split.items()}}, indent=1))
     return run_dir
 
 
-def read_curve(run_dir: Path) -> list[dict[str, float]]:
-    """(seconds since launch, env steps, cows/episode, samples trained) for every logged iteration."""
-    launched = float((run_dir / "launched_at").read_text())
+def _run_directory(log: Path) -> Path | None:
+    match = re.search(r"run directory (\S+)", log.read_text())
+    return Path(match.group(1)) if match else None
+
+
+def _reached(log: Path, launched: float, cows: float) -> bool:
+    """Whether the run logging to ``log`` has reached a mean of ``cows`` per episode (as ``summarize`` counts it)."""
+    run_dir = _run_directory(log)
+    if run_dir is None or not (run_dir / "metrics.jsonl").exists():
+        return False
+    return math.isfinite(summarize(read_curve(run_dir, launched), thresholds=(cows,))[f"time_to_{cows:g}_s"])
+
+
+def read_curve(run_dir: Path, launched: float | None = None) -> list[dict[str, float]]:
+    """(seconds since launch, env steps, cows/episode, samples trained) for every logged iteration; the launch
+    time is the run's ``launched_at`` file unless given."""
+    if launched is None:
+        launched = float((run_dir / "launched_at").read_text())
     points = []
     for record in read_jsonl(run_dir / "metrics.jsonl"):
         if not isinstance(record.get(COWS), (int, float)):
@@ -163,9 +189,9 @@ def read_curve(run_dir: Path) -> list[dict[str, float]]:
     return points
 
 
-def summarize(points: list[dict[str, float]]) -> dict[str, float]:
+def summarize(points: list[dict[str, float]], thresholds: tuple[float, ...] = THRESHOLDS) -> dict[str, float]:
     out: dict[str, float] = {}
-    for threshold in THRESHOLDS:
+    for threshold in thresholds:
         # at least 20 episodes behind the moving mean, so an early lucky episode does not count
         hit = next((p for p in points if p["cows"] >= threshold and p["episodes"] >= 20), None)
         out[f"time_to_{threshold:g}_s"] = hit["t"] if hit else math.inf
@@ -286,6 +312,8 @@ def main() -> None:
     parser.add_argument("--output-root", default="runs/bench_time_to_cows")
     parser.add_argument("--runs", nargs="*", default=None, help="summarise existing run directories instead")
     parser.add_argument("--write-results", action="store_true", help="rewrite bench/results/time_to_cows.md")
+    parser.add_argument("--stop-at-cows", type=float, default=None,
+                        help="stop a run as soon as the 20-episode mean reaches this many cows (A/B runs)")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
     root = Path(args.output_root).resolve()
@@ -293,7 +321,8 @@ def main() -> None:
     run_dirs = [Path(r) for r in args.runs] if args.runs else []
     if not run_dirs:
         for seed in args.seeds:
-            run_dirs.append(run_once(args.config, args.overrides, seed, args.minutes, root, root / f"seed{seed}.log"))
+            run_dirs.append(run_once(args.config, args.overrides, seed, args.minutes, root, root / f"seed{seed}.log",
+                                     stop_at_cows=args.stop_at_cows))
     results = []
     for run_dir in run_dirs:
         summary = summarize(read_curve(run_dir))

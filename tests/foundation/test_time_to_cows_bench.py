@@ -82,3 +82,23 @@ def test_wall_time_split_reads_the_rollout_timers_and_sums_the_learner_times(tmp
     text = out.read_text()
     assert "| rollout: inference (forward + sampling) | 40% | 1 |" in text  # not averaged with a run that lacks it
     assert "| learner: computing (evaluation, GAE, epochs) | 40% | 2 |" in text  # (24/40 + 6/30) / 2
+
+
+def test_stop_at_cows_waits_for_the_threshold_over_20_episodes(tmp_path):
+    """``--stop-at-cows``: a run is stopped once its curve reaches the threshold as ``summarize`` counts it."""
+    log = tmp_path / "seed0.log"
+    log.write_text("2026-11-25 INFO starting Ray\n")
+    assert not time_to_cows._reached(log, LAUNCH, 3.0)  # the run has not named its directory yet
+    run = tmp_path / "run"
+    run.mkdir()
+    log.write_text(f"craftrl: run directory {run}\n")
+    assert not time_to_cows._reached(log, LAUNCH, 3.0)  # no metrics yet
+    early = {"time": LAUNCH + 30, "rollout/env_steps": 3000.0, "episodes/total": 12.0, time_to_cows.COWS: 3.5}
+    (run / "metrics.jsonl").write_text(json.dumps(early) + "\n")
+    assert not time_to_cows._reached(log, LAUNCH, 3.0)  # a lucky mean over fewer than 20 episodes
+    later = {"time": LAUNCH + 90, "rollout/env_steps": 9000.0, "episodes/total": 40.0, time_to_cows.COWS: 2.9}
+    with (run / "metrics.jsonl").open("a") as metrics:
+        metrics.write(json.dumps(later) + "\n")
+    assert not time_to_cows._reached(log, LAUNCH, 3.0)
+    assert time_to_cows._reached(log, LAUNCH, 2.5)
+    assert not (run / "launched_at").exists()  # polling leaves the run directory alone
