@@ -13,7 +13,9 @@ The iteration, top to bottom:
    one), truncated BPTT over ``context_length`` windows with the state carried (detached), loss = policy +
    value + KL-to-reference - entropy, gradients accumulated over ``gradient_accumulation`` batches, a NaN/inf
    check agreed by all ranks *before* each optimiser step; with ``target_kl``, the passes end early once the
-   policy has moved past 1.5x that KL from where the iteration started.
+   policy has moved past 1.5x that KL from where the iteration started;
+6. with ``self_imitation_coef``: keep the fragments whose return beat the value, and take
+   ``self_imitation_updates`` optimiser steps imitating the best of those kept so far (self_imitation.py).
 """
 
 from __future__ import annotations
@@ -36,12 +38,14 @@ from craftrl.train.coefficients import adapt_entropy_coef, scheduled_gae_lambda
 from craftrl.train.gae import compute_gae, successors
 from craftrl.train.losses import (advantage_moments, clipped_policy_loss, explained_variance_from_sums,
                                   masked_mean, normalize_advantages, proximal_weights, value_loss)
+from craftrl.train.self_imitation import ImitationSample, SelfImitationBuffer, positive_advantage
 from craftrl.utils.hardware import NATIVE_BF16_FLAGS, native_cpu_bf16_flags
 
 logger = logging.getLogger(__name__)
 
 # Truncation of decoupled PPO's importance weights pi_proximal / pi_behaviour (``decoupled_clip``).
 PROXIMAL_MAX_WEIGHT = 2.0
+IMITATION_TERMS = ("self_imitation/policy_loss", "self_imitation/value_loss", "self_imitation/imitated_fraction")
 
 
 def distributed() -> bool:
@@ -186,6 +190,9 @@ class PPOLearner:
         self.rho = config.kl_divergence_coef_rho
         self.entropy_coef = config.entropy_bonus_coef  # moves only with entropy_target
         self.skipped_steps = 0
+        # not checkpointed: a resumed run refills it from new data
+        self.imitation = SelfImitationBuffer(config.self_imitation_capacity) if config.self_imitation_coef > 0 \
+            else None
 
     @staticmethod
     def make_reference(policy: torch.nn.Module) -> torch.nn.Module:
@@ -439,6 +446,76 @@ class PPOLearner:
         self.optimizer.zero_grad(set_to_none=True)
         return float(grad_norm), True
 
+    # ------------------------------------------------------------------ self-imitation
+
+    def keep_for_imitation(self, batches: list[Batch]) -> None:
+        """Offer every fragment of the iteration to the buffer, prioritised by its largest ``(R - V)+``."""
+        for batch in batches:
+            length = batch.length
+            priorities = positive_advantage(batch.returns, batch.old_values).amax(dim=1).tolist()
+            for row, priority in enumerate(priorities):
+                if priority <= 0.0:
+                    continue
+                pick = lambda tree, row=row: tree_map(lambda t: t[row:row + 1].clone(), tree)  # noqa: E731
+                self.imitation.offer(ImitationSample(
+                    obs=pick(slice_time(batch.obs, 0, length)), first=pick(batch.first[:, :length]),
+                    action=pick(batch.action), state_in=pick(batch.state_in), returns=pick(batch.returns),
+                    priority=priority))
+
+    def imitate(self, generator: torch.Generator) -> dict[str, float]:
+        """``self_imitation_updates`` optimiser steps on kept fragments; every rank takes the same number
+        (DDP), so all stop as soon as one rank has nothing left worth imitating."""
+        cfg = self.config
+        sums = dict.fromkeys(IMITATION_TERMS, 0.0)
+        passes = steps = 0
+        for _ in range(cfg.self_imitation_updates):
+            ready = torch.tensor([1.0 if self.imitation.total_priority > 0 else 0.0], device=self.device)
+            if all_reduce(ready, dist.ReduceOp.MIN if distributed() else None).item() == 0:
+                break
+            indices = self.imitation.draw(cfg.self_imitation_batch_size, generator)
+            self.optimizer.zero_grad(set_to_none=True)
+            terms, priorities = self._imitation_pass(self.imitation.stacked(indices))
+            self.imitation.reprioritise(indices, priorities)
+            _, stepped = self._optimizer_step()
+            passes, steps = passes + 1, steps + int(stepped)
+            for name, value in terms.items():
+                sums[name] += value
+        metrics = {name: value / max(passes, 1) for name, value in sums.items()}
+        metrics.update({"self_imitation/steps": float(steps), "self_imitation/fragments": float(len(self.imitation)),
+                        "self_imitation/total_priority": self.imitation.total_priority})
+        return dict(zip(metrics, rank_mean(metrics.values(), self.device)))
+
+    def _imitation_pass(self, sample: ImitationSample) -> tuple[dict[str, float], list[float]]:
+        """Backward of ``coef * (-log pi(a|s) (R - V)+ + value_coef * 0.5 ((R - V)+)^2)`` over the kept
+        fragments (truncated BPTT as in the PPO passes); returns its terms and each fragment's new priority."""
+        cfg = self.config
+        value_head = self.policy.value_head
+        length = sample.returns.shape[1]
+        state = sample.state_in
+        priorities = torch.zeros(sample.returns.shape[0], device=self.device)
+        totals = dict.fromkeys(IMITATION_TERMS, 0.0)
+        for start in range(0, length, cfg.context_length):
+            end = min(start + cfg.context_length, length)
+            share = (end - start) / length
+            with self._autocast():
+                latents, state = self.model(input=slice_time(sample.obs, start, end), state_in=state,
+                                            first=sample.first[:, start:end])
+                logp = self.policy.pi_head.logprob(slice_time(sample.action, start, end),
+                                                   latents["pi_logits"]).float()
+                vpred = latents["vpred"].float()
+                returns = sample.returns[:, start:end]
+                weight = positive_advantage(returns, value_head.denormalize(vpred))
+                targets = value_head.normalize(returns) if cfg.use_normalized_vf else returns
+                policy_loss = -(logp * weight).mean()
+                value_gap = 0.5 * ((targets - vpred).clamp_min(0.0) ** 2).mean()
+                loss = cfg.self_imitation_coef * (policy_loss + cfg.self_imitation_value_coef * value_gap) * share
+            self.scaler.scale(loss).backward()
+            state = detach_state(state)
+            priorities = torch.maximum(priorities, weight.amax(dim=1))
+            for name, value in zip(IMITATION_TERMS, (policy_loss, value_gap, (weight > 0).float().mean())):
+                totals[name] += float(value.detach()) * share
+        return totals, priorities.tolist()
+
     def _data_metrics(self, batches: list[Batch], fragments: Sequence[Fragment], version: int) -> dict[str, float]:
         """Statistics of the iteration's data over all ranks (sums all-reduced, the lag maximum by MAX)."""
         values = torch.cat([b.old_values for b in batches]).double().reshape(-1)
@@ -481,6 +558,9 @@ class PPOLearner:
         self.model.train()
         batches = self.prepare(fragments, gae_lambda)
         metrics = self.train_epochs(batches, iteration, generator)
+        if self.imitation is not None and iteration >= cfg.vf_warmup:
+            self.keep_for_imitation(batches)
+            metrics.update(self.imitate(generator))
         metrics.update(self._data_metrics(batches, fragments, version))
         metrics.update({"ppo/learning_rate": lr, "ppo/gae_lambda": gae_lambda, "ppo/rho": self.rho,
                         "ppo/entropy_coef": self.entropy_coef, "ppo/skipped_steps_total": float(self.skipped_steps)})
