@@ -456,11 +456,10 @@ class PPOLearner:
             for row, priority in enumerate(priorities):
                 if priority <= 0.0:
                     continue
-                pick = lambda tree, row=row: tree_map(lambda t: t[row:row + 1].clone(), tree)  # noqa: E731
+                kept = select_rows(batch, torch.tensor([row]))  # copies the row, so the batch can be freed
                 self.imitation.offer(ImitationSample(
-                    obs=pick(slice_time(batch.obs, 0, length)), first=pick(batch.first[:, :length]),
-                    action=pick(batch.action), state_in=pick(batch.state_in), returns=pick(batch.returns),
-                    priority=priority))
+                    obs=slice_time(kept.obs, 0, length), first=kept.first[:, :length], action=kept.action,
+                    state_in=kept.state_in, returns=kept.returns, priority=priority))
 
     def imitate(self, generator: torch.Generator) -> dict[str, float]:
         """``self_imitation_updates`` optimiser steps on kept fragments; every rank takes the same number

@@ -78,7 +78,7 @@ class SelfImitationBuffer:
     def draw(self, count: int, generator: torch.Generator) -> list[int]:
         """Up to ``count`` distinct indices, each drawn with probability proportional to its priority."""
         priorities = torch.tensor([sample.priority for sample in self.samples], dtype=torch.float64)
-        eligible = int((priorities > 0).sum()) if len(priorities) else 0
+        eligible = int((priorities > 0).sum())
         if eligible == 0:
             return []
         picks = torch.multinomial(priorities, min(count, eligible), replacement=False, generator=generator)

@@ -11,7 +11,7 @@ from craftrl.policies import default_policy_generator, mlp_policy_generator
 from craftrl.train.checkpoint import (TrainingState, apply_retention, checkpoints_to_delete, list_checkpoints,
                                       load_checkpoint, resolve_resume, save_checkpoint)
 from craftrl.train.learner import PPOLearner, cut_sequences
-from train_fragments import bandit_fragments
+from train_fragments import bandit_fragments, random_images
 
 
 def train_config(**overrides):
@@ -186,7 +186,7 @@ def test_recurrent_policy_trains_on_image_fragments_with_windows(minibatch_windo
     torch.manual_seed(3)
     policy = default_policy_generator(num_actions=3, image_shape=(64, 64, 3), hidden_size=32, channels=(8, 8, 8))
     rng = np.random.default_rng(3)
-    frag = bandit_fragments(policy, 2, 6, rng, obs_fn=lambda: {"image": rng.integers(0, 255, (64, 64, 3), np.uint8)},
+    frag = bandit_fragments(policy, 2, 6, rng, obs_fn=random_images(rng),
                             episode_length=4)
     learner = PPOLearner(policy, train_config(batch_size_per_gpu=2, context_length=4, epochs_per_iteration=1,
                                               kl_divergence_coef_rho=0.1, minibatch_window=minibatch_window),
@@ -207,7 +207,7 @@ def test_sequence_minibatches_cover_every_step_once_per_epoch_and_mix_fragments(
     policy = default_policy_generator(num_actions=3, image_shape=(64, 64, 3), hidden_size=16, channels=(4, 4, 4))
     rng = np.random.default_rng(6)
     fragments = bandit_fragments(policy, 8, 6, rng, episode_length=4,
-                                 obs_fn=lambda: {"image": rng.integers(0, 255, (64, 64, 3), np.uint8)})
+                                 obs_fn=random_images(rng))
     learner = PPOLearner(policy, train_config(batch_size_per_gpu=2, minibatch_window=2), torch.device("cpu"))
     batches = learner.prepare(fragments)
     sequences = cut_sequences(batches, 2)
@@ -289,7 +289,7 @@ def test_cpu_bf16_runs_the_passes_in_bfloat16_and_still_learns(monkeypatch):
     policy.core.rnn.register_forward_hook(lambda module, args, out: dtypes.add(("lstm", out[0].dtype)))
     rng = np.random.default_rng(3)
     fragments = bandit_fragments(policy, 4, 6, rng, episode_length=4,
-                                 obs_fn=lambda: {"image": rng.integers(0, 255, (64, 64, 3), np.uint8)})
+                                 obs_fn=random_images(rng))
     dtypes.clear()  # the rollout's float32 acting above is not the learner's
     learner = PPOLearner(policy, train_config(batch_size_per_gpu=2, context_length=4, epochs_per_iteration=1,
                                               learning_rate=1e-9, cpu_bf16=True), torch.device("cpu"))

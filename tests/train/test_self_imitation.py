@@ -11,7 +11,7 @@ from craftrl.policies.state import tree_map
 from craftrl.train.learner import PPOLearner
 from craftrl.train.self_imitation import ImitationSample, SelfImitationBuffer, positive_advantage
 from test_learner import action_one_probability, train_config
-from train_fragments import bandit_fragments
+from train_fragments import bandit_fragments, random_images
 
 
 def sample(priority: float, tag: int = 0) -> ImitationSample:
@@ -82,7 +82,7 @@ def test_kept_recurrent_fragments_replay_from_their_own_state():
     policy = default_policy_generator(num_actions=3, image_shape=(64, 64, 3), hidden_size=32, channels=(8, 8, 8))
     rng = np.random.default_rng(3)
     fragments = bandit_fragments(policy, 8, 6, rng, episode_length=4,
-                                 obs_fn=lambda: {"image": rng.integers(0, 255, (64, 64, 3), np.uint8)})
+                                 obs_fn=random_images(rng))
     for fragment in fragments:  # a different state per row, used from step 0, so a row given another's state shows
         fragment.state_in = tree_map(lambda leaf: rng.normal(size=leaf.shape).astype(leaf.dtype), fragment.state_in)
         fragment.first[0] = False

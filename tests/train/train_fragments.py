@@ -9,6 +9,11 @@ from craftrl.policies.state import split_state, state_to_numpy
 from craftrl.rollout.cutter import FragmentCutter
 
 
+def random_images(rng: np.random.Generator, shape: tuple[int, int, int] = (64, 64, 3)):
+    """An ``obs_fn`` for ``bandit_fragments``: a new random uint8 image each step."""
+    return lambda: {"image": rng.integers(0, 255, shape, np.uint8)}
+
+
 def bandit_fragments(policy, num_envs: int, length: int, rng: np.random.Generator, version: int = 0,
                      obs_fn=None, episode_length: int = 5, first_index: int = 0, obs_key: str = "vector"):
     """Each env: random observations; action 1 pays 1, action 0 pays 0; episodes end (terminated) every
