@@ -3,9 +3,14 @@
 The same three names a MineStudio config module exports. Keys left out of ``online_dict`` take the schema
 defaults (docs/config.md). Choices, each measured on 2 cores (BENCHMARKS.md, "Learning on the default task"):
 
-* a tile-aligned encoder + LSTM 256: Crafter draws its frame in 7-pixel tiles, and a first convolution with
-  kernel = stride = 7 sees one tile per position (docs/policies.md); it costs the CPU of the half-width Nature
-  CNN it replaced (16/32/32), which CPU-only training needs (the Impala CNN costs 4-6x);
+* a tile-aligned encoder with 16 + 16 channels and an LSTM of 128 (0.32 M parameters): Crafter draws its frame
+  in 7-pixel tiles, and a first convolution with kernel = stride = 7 sees one tile per position
+  (docs/policies.md). It replaced the same encoder at 32 + 32 channels with an LSTM of 256 (1.27 M), whose
+  learner pass costs 2.5x more and whose inference costs 2.2x more; on a 2-core CPU without bf16 that CPU goes
+  back to the envs: 391-453 against 301-342 env steps/s end to end, and 3 cows per episode after 273-463 s
+  (median 313 s, seeds 0-3) where the larger policy took 296-423 s on 2 of 4 seeds and did not get there within
+  9 minutes on the other 2 (bench/notes/learning.md, ninth and tenth sessions). Env steps to 3 cows stayed
+  within the larger policy's spread (121-181k);
 * whole-batch PPO updates first, then small ones: 1024 env steps per iteration (16 fragments x 64 steps),
   4 epochs, each fragment used in one iteration only (``max_reuse`` 1). For the first 30 iterations each epoch
   is one optimiser step over all 1024 steps, which finds the first cows soonest while rewards are rare; after
@@ -14,16 +19,16 @@ defaults (docs/config.md). Choices, each measured on 2 cores (BENCHMARKS.md, "Le
   runs level off. With ``target_kl`` bounding each iteration the switch no longer costs the stall it did, and
   30 iterations instead of 60 reached 3 cows after 118k / 113k env steps on a first A/B pair (60: 145k / 167k);
   over all 15 runs of this learning config the median is 155k (113-215k), so the gain over 60 is not
-  established. With one env per process its 20-minute runs (3 seeds) reached 3 cows after 194-300 s and
-  9.55-10.1 cows at 20 minutes (median over 5 seeds 231 s); with the envs per process below, 183-259 s, median
-  209 s over the same 5 seeds (bench/results/time_to_cows.md);
+  established. With the larger policy on a faster machine with bf16: one env per process, 3 cows after
+  194-300 s in 20-minute runs (3 seeds) and 9.55-10.1 cows at 20 minutes (median over 5 seeds 231 s); with the
+  envs per process below, 183-259 s, median 209 s over the same 5 seeds;
 * lr 5e-4 (with 32 small steps per iteration the KL per iteration is already 0.02-0.05);
 * the learner's passes in bfloat16 (``cpu_bf16``) where the CPU has native bf16 instructions, float32 elsewhere
   (1.3x less learner compute per iteration, CPU that goes back to the envs on 2 cores), and ``target_kl`` 0.02,
   which ends an iteration's epochs once the policy has moved a KL of 0.03 (in the minibatch phase it otherwise
   moved 0.03-0.06 per iteration, with clip fractions of 0.3-0.45). Together, seeds 0 / 1: 3 cows per episode
   after 227 / 252 s and 7.5 / 8.7 cows at 10 minutes, against 292 / 261 s and 6.6 / 5.85 without them, on the
-  same machine (bench/notes/learning.md);
+  same machine (the larger policy, on the faster machine; bench/notes/learning.md);
 * 8 envs stepped in two groups of 4, so inference on one group overlaps stepping of the other, with
   ``envs_per_process`` 0: the worker puts about one env process on each core (on 2 cores, two processes of
   4 envs, one per group), so a group costs one pipe round trip instead of 4 -- each round trip costs about
@@ -44,7 +49,7 @@ def env_generator():
 def policy_generator():
     from craftrl.policies import default_policy_generator
 
-    return default_policy_generator(encoder="tiles", channels=(32, 32), hidden_size=256, recurrent="lstm")
+    return default_policy_generator(encoder="tiles", channels=(16, 16), hidden_size=128, recurrent="lstm")
 
 
 online_dict = {
