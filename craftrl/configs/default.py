@@ -10,7 +10,8 @@ defaults (docs/config.md). Choices, each measured on 2 cores (BENCHMARKS.md, "Le
   back to the envs: 391-453 against 301-342 env steps/s end to end, and 3 cows per episode after 273-463 s
   (median 313 s, seeds 0-3) where the larger policy took 296-423 s on 2 of 4 seeds and did not get there within
   9 minutes on the other 2 (bench/notes/learning.md, ninth and tenth sessions). Env steps to 3 cows stayed
-  within the larger policy's spread (121-181k);
+  within the larger policy's spread (121-181k). Its 20-minute runs there (seeds 0-2): 3 cows after 364-387 s,
+  6.5-7.4 cows at 10 minutes and 8.0-8.3 at 20, 414-416 env steps/s (bench/results/time_to_cows.md);
 * whole-batch PPO updates first, then small ones: 1024 env steps per iteration (16 fragments x 64 steps),
   4 epochs, each fragment used in one iteration only (``max_reuse`` 1). For the first 30 iterations each epoch
   is one optimiser step over all 1024 steps, which finds the first cows soonest while rewards are rare; after
