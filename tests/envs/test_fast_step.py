@@ -249,3 +249,50 @@ def test_install_refuses_a_crafter_whose_code_differs(crafter_original, monkeypa
         assert not fast_step.is_installed()
     finally:
         fast_step._check_reference.cache_clear()
+
+
+@pytest.mark.parametrize("factor", [0.4, 0.0])  # Crafter's night and sleep filters
+def test_colour_filter_tables_match_pil_on_every_colour(factor: float) -> None:
+    from PIL import Image, ImageEnhance
+
+    assert fast_step._pil_color_matches()
+    reds = np.arange(256, dtype=np.uint8)
+    for red_block in np.split(reds, 16):  # 16 x 65536 colours per image, every colour once
+        greens, blues = np.meshgrid(reds, reds, indexing="ij")
+        image = np.stack(np.broadcast_arrays(red_block[:, None, None], greens[None], blues[None]), axis=-1)
+        image = np.ascontiguousarray(image.reshape(len(red_block) * 256, 256, 3))
+        expected = np.array(ImageEnhance.Color(Image.fromarray(image)).enhance(factor))
+        assert np.array_equal(fast_step._pil_color(image, factor), expected)
+
+
+def test_daylight_tiles_are_lit_like_the_whole_canvas(crafter_original) -> None:
+    """Lighting only the distinct tiles in view, asleep or awake, gives Crafter's floats for the whole view;
+    a view class that lights its own way, or night noise, gets Crafter's path."""
+    fast_step.install()
+    env = crafter.Env(seed=5)
+    env.reset()
+    view = env._local_view
+    tiles = fast_step._tiles_for(view, 7, 7)
+    for material in (1, 2, 3):  # a few object-over-material tiles too
+        assert tiles.blend("cow", material) is not None
+    rng = np.random.default_rng(0)
+    for daylight in (0.5, 0.61, 0.999, 1.0):
+        for sleeping in (False, True):
+            ids = rng.integers(0, len(tiles.tiles), size=(9, 7))
+            expected = view._light(fast_step._layout(tiles.tiles, ids), daylight)
+            if sleeping:
+                expected = view._sleep(expected)
+            assert _same(fast_step._lit_view(view, tiles, ids, daylight, sleeping), expected)
+
+    class Brighter(engine.LocalView):
+        def _light(self, canvas, daylight):
+            return canvas * 2.0
+
+    own = Brighter(env._world, env._textures, [9, 7])
+    assert not fast_step._own_lighting(own) and fast_step._own_lighting(view)
+    ids = rng.integers(0, len(tiles.tiles), size=(9, 7))
+    assert _same(fast_step._lit_view(own, tiles, ids, 0.9, False), fast_step._layout(tiles.tiles, ids) * 2.0)
+    state = env._world.random.get_state()
+    night = fast_step._lit_view(view, tiles, ids, 0.2, False)
+    env._world.random.set_state(state)
+    assert _same(night, view._light(fast_step._layout(tiles.tiles, ids), 0.2))

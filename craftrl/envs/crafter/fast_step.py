@@ -10,21 +10,25 @@ After ``fast_worldgen`` made resets cheap, ``crafter.Env.step`` dominates an env
   inventory rarely changes;
 * ``SemanticView.__call__`` writes every object into a copy of the material map one by one;
 * ``Env.step`` computes ``player.distance(obj)`` (a few numpy calls) for every object of the world
-  to decide which ones to update.
+  to decide which ones to update;
+* ``LocalView._light`` (every step) and ``_sleep`` pass the canvas through PIL and back.
 
 This module replaces those four methods with drop-ins that compute the same bytes with fewer Python
 operations:
 
-* the tile layer is one fancy index into a per-unit stack of material tiles, built by Crafter's own
+* the tile layer is one fancy index into a per-unit stack of tiles, built by Crafter's own
   ``Textures.get`` and ``_draw``, laid out with one transpose/reshape;
 * the objects in view are read from the world's object map (``World._obj_map``, the index of the
-  object on each tile) instead of by scanning all objects. They are drawn in Crafter's order (the
-  order of ``World.objects``, i.e. ascending index). An object covers exactly its own tile and no two
-  objects share a tile, so what Crafter's ``_draw_alpha`` leaves there depends only on the material
-  underneath and the object's texture: that tile is computed once with Crafter's ``_draw_alpha`` and
-  then copied;
-* lighting, night noise (and its draws from ``world.random``) and the sleep filter stay Crafter's own
-  ``_light`` / ``_sleep`` code;
+  object on each tile) instead of by scanning all objects. An object covers exactly its own tile and
+  no two objects share a tile, so what Crafter's ``_draw_alpha`` leaves there depends only on the
+  material underneath and the object's texture: that tile is drawn once with Crafter's
+  ``_draw_alpha``, appended to the stack, and indexed like a material from then on;
+* lighting and the sleep filter do Crafter's ``_light`` / ``_sleep`` / ``_tint`` arithmetic in the same
+  order, night noise (and its draws from ``world.random``) is Crafter's own ``_noise``, and PIL's
+  colour filter (``ImageEnhance.Color``: an image -> array round trip) is two table lookups: PIL's
+  integer RGB -> L formula and a 256 x 256 table of its blend, made by PIL itself and checked against
+  PIL once per process. Each of these acts on every pixel alone except the noise, so in daylight
+  (no noise) only the few distinct tiles in view are lit, then laid out;
 * the item view is a pure function of the unit and the inventory's items in order: rendered by
   Crafter's own ``ItemView.__call__`` on first sight of an inventory, then served from a cache;
 * the semantic map writes all objects at once through the object map and a per-index table of the
@@ -73,7 +77,10 @@ _ITEM_CACHE_SIZE = 512
 
 
 class _Tiles:
-    """One unit size's material tiles, as Crafter draws them, and the object-over-material tiles."""
+    """One unit size's tiles as Crafter draws them: each material's, then each object-over-material seen so far.
+
+    ``tiles[i]`` is one tile; ``i < outside`` is a material id, ``outside`` the grey of positions outside the
+    world, and higher indices are objects drawn over a material (``blend``)."""
 
     def __init__(self, view: Any, u0: int, u1: int) -> None:
         from crafter import engine
@@ -94,24 +101,25 @@ class _Tiles:
                 self.ok = False
                 break
             engine._draw(stack[index], (0, 0), texture)
-        self.stack = stack
+        self.tiles = stack
         self.outside = count
-        self.blends: dict[tuple[Any, int], np.ndarray] = {}
+        self.blends: dict[tuple[Any, int], int] = {}
 
-    def blend(self, name: Any, material: int) -> np.ndarray:
-        """The tile Crafter's ``_draw_alpha`` leaves when drawing ``name`` over ``material``'s tile."""
+    def blend(self, name: Any, material: int) -> int | None:
+        """The index of the tile Crafter's ``_draw_alpha`` leaves when drawing ``name`` over ``material``'s tile."""
         key = (name, material)
-        tile = self.blends.get(key)
-        if tile is None:
+        index = self.blends.get(key)
+        if index is None:
             from crafter import engine
 
             texture = self.textures.get(name, self.unit)
-            tile = self.stack[material].copy()
+            tile = self.tiles[material].copy()
             if texture.shape[:2] != tile.shape[:2]:
                 return None
             engine._draw_alpha(tile, (0, 0), texture)
-            self.blends[key] = tile
-        return tile
+            index = self.blends[key] = len(self.tiles)
+            self.tiles = np.concatenate([self.tiles, tile[None]])
+        return index
 
 
 def _tiles_for(view: Any, u0: int, u1: int) -> _Tiles:
@@ -151,29 +159,123 @@ def _local_view_call(self, player, unit):
         if int(window.max()) >= tiles.outside:  # a material id Crafter has no name for
             return _original("LocalView.__call__")(self, player, unit)
         ids[x0 - wx:x1 - wx, y0 - wy:y1 - wy] = window
-    # (g0, g1, u0, u1, 3) -> (g0 * u0, g1 * u1, 3): tile (x, y) at [x*u0:(x+1)*u0, y*u1:(y+1)*u1].
-    canvas = tiles.stack[ids].transpose(0, 2, 1, 3, 4).reshape(g0 * u0, g1 * u1, 3)
-    if inside:
         occupied = world._obj_map[x0:x1, y0:y1]
         xs, ys = np.nonzero(occupied)
         if xs.size:
-            indices = occupied[xs, ys]
-            order = np.argsort(indices).tolist()
-            indices, xs, ys = indices.tolist(), (xs + (x0 - wx)).tolist(), (ys + (y0 - wy)).tolist()
+            indices = occupied[xs, ys].tolist()
+            xs, ys = (xs + (x0 - wx)).tolist(), (ys + (y0 - wy)).tolist()
             objects = world._objects
-            for k in order:
-                obj = objects[indices[k]]
+            for index, x, y in zip(indices, xs, ys):
+                obj = objects[index]
                 if obj is None:  # the object map and the object list disagree: let Crafter draw
                     return _original("LocalView.__call__")(self, player, unit)
-                x, y = xs[k], ys[k]
                 tile = tiles.blend(obj.texture, int(ids[x, y]))
                 if tile is None:
                     return _original("LocalView.__call__")(self, player, unit)
-                canvas[x * u0:(x + 1) * u0, y * u1:(y + 1) * u1] = tile
-    canvas = self._light(canvas, world.daylight)
-    if player.sleeping:
-        canvas = self._sleep(canvas)
-    return canvas
+                ids[x, y] = tile
+    return _lit_view(self, tiles, ids, world.daylight, player.sleeping)
+
+
+def _layout(tiles: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """The view of tile ``ids[x, y]`` at each grid position: (g0, g1) tiles -> a (g0 * u0, g1 * u1, 3) canvas."""
+    g0, g1 = ids.shape
+    _, u0, u1, channels = tiles.shape
+    return tiles[ids].transpose(0, 2, 1, 3, 4).reshape(g0 * u0, g1 * u1, channels)
+
+
+def _lit_view(view: Any, tiles: _Tiles, ids: np.ndarray, daylight: float, sleeping: bool) -> np.ndarray:
+    """The canvas Crafter's ``LocalView`` returns: tiles laid out, lit, and filtered while the player sleeps.
+
+    Lighting and the sleep filter act on each pixel alone, except the night noise, which draws a random
+    value per pixel. So while there is no noise (daylight >= 0.5), only the few distinct tiles in view
+    are lit and then laid out, which gives the same floats as lighting the whole canvas; at night the
+    whole canvas goes through Crafter's own code."""
+    if daylight < 0.5 or not _own_lighting(view):
+        canvas = view._light(_layout(tiles.tiles, ids), daylight)
+        return view._sleep(canvas) if sleeping else canvas
+    present = np.zeros(len(tiles.tiles), np.bool_)
+    present[ids] = True
+    distinct = np.flatnonzero(present)
+    position = np.empty(len(present), np.intp)
+    position[distinct] = np.arange(len(distinct))
+    lit = _light_and_sleep(tiles.tiles[distinct], daylight, sleeping)
+    return _layout(lit, position[ids])
+
+
+# ---------------------------------------------------------------------------------------------
+# Lighting and the sleep filter
+# ---------------------------------------------------------------------------------------------
+
+# Crafter's night and sleep filters: (PIL colour factor, tint colour, tint amount).
+_NIGHT_FILTER = (0.4, (0, 16, 64), 0.5)
+_SLEEP_FILTER = (0.0, (0, 0, 16), 0.5)
+
+
+@functools.lru_cache(maxsize=1)
+def _own_filters() -> tuple[Callable, Callable, Callable]:
+    """Crafter's ``LocalView._light``, ``_sleep`` and ``_tint``, as checked by ``install()``."""
+    from crafter import engine
+
+    return engine.LocalView._light, engine.LocalView._sleep, engine.LocalView._tint
+
+
+@functools.lru_cache(maxsize=4)
+def _blend_table(factor: float) -> np.ndarray:
+    """``table[gray, value]``: the byte PIL's ``Image.blend(gray, value, factor)`` makes, for all 256 x 256 pairs.
+
+    Made by PIL itself, so it holds whatever rounding PIL's blend uses."""
+    from PIL import Image
+
+    grays = np.repeat(np.arange(256, dtype=np.uint8)[:, None], 256, axis=1)
+    return np.asarray(Image.blend(Image.fromarray(grays), Image.fromarray(np.ascontiguousarray(grays.T)), factor))
+
+
+def _gray(rgb: np.ndarray) -> np.ndarray:
+    """PIL's RGB -> L conversion (ITU-R 601-2 luma in 16-bit fixed point, rounded), as int32."""
+    rgb = rgb.astype(np.int32)
+    return (rgb[..., 0] * 19595 + rgb[..., 1] * 38470 + rgb[..., 2] * 7471 + 0x8000) >> 16
+
+
+def _pil_color(rgb: np.ndarray, factor: float) -> np.ndarray:
+    """``np.array(ImageEnhance.Color(Image.fromarray(rgb)).enhance(factor))`` for a uint8 RGB array."""
+    return _blend_table(factor)[_gray(rgb)[..., None], rgb]
+
+
+@functools.lru_cache(maxsize=1)
+def _pil_color_matches() -> bool:
+    """Whether ``_pil_color`` reproduces the installed PIL: checked once per process, on the 256 greys and 4096
+    random colours (tests/envs/test_fast_step.py checks every colour)."""
+    from PIL import Image, ImageEnhance
+
+    rng = np.random.default_rng(0)
+    probe = np.concatenate([np.repeat(np.arange(256, dtype=np.uint8)[:, None], 3, axis=1)[None],
+                            rng.integers(0, 256, size=(1, 4096, 3), dtype=np.uint8)], axis=1)
+    for factor in (_NIGHT_FILTER[0], _SLEEP_FILTER[0]):
+        expected = np.array(ImageEnhance.Color(Image.fromarray(probe)).enhance(factor))
+        if not np.array_equal(_pil_color(probe, factor), expected):
+            return False
+    return True
+
+
+def _own_lighting(view: Any) -> bool:
+    """Whether ``view`` lights with Crafter's own code (not a subclass's) and PIL matches the tables."""
+    klass = type(view)
+    return (klass._light, klass._sleep, klass._tint) == _own_filters() and _pil_color_matches()
+
+
+def _light_and_sleep(pixels: np.ndarray, daylight: float, sleeping: bool) -> np.ndarray:
+    """Crafter's ``LocalView._light(pixels, daylight)`` without night noise (daylight >= 0.5), then ``_sleep``
+    when the player sleeps: the same arithmetic in the same order, with PIL's colour filter as table lookups
+    (on a few tiles those cost a third of PIL's image round trip; on a whole canvas they would not gain)."""
+    factor, color, amount = _NIGHT_FILTER
+    night = _pil_color(pixels.astype(np.uint8), factor)
+    night = (1 - amount) * night + amount * np.array(color)
+    pixels = daylight * pixels + (1 - daylight) * night
+    if sleeping:
+        factor, color, amount = _SLEEP_FILTER
+        pixels = _pil_color(pixels.astype(np.uint8), factor)
+        pixels = (1 - amount) * pixels + amount * np.array(color)
+    return pixels
 
 
 # ---------------------------------------------------------------------------------------------
@@ -361,6 +463,9 @@ _REFERENCE_SOURCES = {
     "engine.World.move": "191e8662cb1914e6",
     "engine.World.objects": "70cfec303b46f619",
     "engine.Textures.get": "c5fde7e052e5df69",
+    "engine.LocalView._light": "097a50f6d8d8a046",
+    "engine.LocalView._sleep": "cc1af773b05a9d41",
+    "engine.LocalView._tint": "7d8c5db80d95f9f5",
     "engine._draw": "cde1b16f1290e5ad",
     "engine._draw_alpha": "10093f101328266b",
     "objects.Object.move": "01bb86512a6cb4e7",
@@ -438,6 +543,7 @@ def install() -> None:
         return
     _check_reference()
     _own_updates()  # Crafter's update methods as checked, before anything else can patch them
+    _own_filters()
     from crafter import env as _crafter_env
     for (module, cls, attr), function in _PATCHES.items():
         klass = _class(module, cls)
