@@ -10,8 +10,8 @@ defaults (docs/config.md). Choices, each measured on 2 cores (BENCHMARKS.md, "Le
   back to the envs: 391-453 against 301-342 env steps/s end to end, and 3 cows per episode after 273-463 s
   (median 313 s, seeds 0-3) where the larger policy took 296-423 s on 2 of 4 seeds and did not get there within
   9 minutes on the other 2 (bench/notes/learning.md, ninth and tenth sessions). Env steps to 3 cows stayed
-  within the larger policy's spread (121-181k). Its 20-minute runs there (seeds 0-2): 3 cows after 364-387 s,
-  6.5-7.4 cows at 10 minutes and 8.0-8.3 at 20, 414-416 env steps/s (bench/results/time_to_cows.md);
+  within the larger policy's spread (121-181k). Its 20-minute runs there at lambda 0.95 (seeds 0-2): 3 cows
+  after 364-387 s, 6.5-7.4 cows at 10 minutes and 8.0-8.3 at 20, 414-416 env steps/s;
 * whole-batch PPO updates first, then small ones: 1024 env steps per iteration (16 fragments x 64 steps),
   4 epochs, each fragment used in one iteration only (``max_reuse`` 1). For the first 30 iterations each epoch
   is one optimiser step over all 1024 steps, which finds the first cows soonest while rewards are rare; after
@@ -36,6 +36,14 @@ defaults (docs/config.md). Choices, each measured on 2 cores (BENCHMARKS.md, "Le
   as much CPU as a Crafter step (bench/results/env_throughput.md); same seed, one run after another: 650 /
   706 / 737 env steps/s end to end with 1 / 2 / 4 envs per process. On a larger machine the same config gives
   each env its own process;
+* GAE lambda 0.8 instead of 0.95: with a shorter credit horizon the first kills teach sooner what led to them.
+  On the slow machine (bench/notes/learning.md, eleventh session) 6 runs reached 2 cows after a median 84k env
+  steps and 3 cows after 120-236k (median 137k, 339 s), 8.2 / 8.8 / 5.05 cows at 10 minutes, where the 9 runs
+  at 0.95 took 121k to more than 237k (median 148k), and its three 20-minute runs stood at 6.5-7.4 at 10
+  minutes. Not a significant
+  difference over so few runs, but no aggregate was worse. Low lambdas had levelled off at 1.5-2 cows under
+  whole-batch updates (third session); with the minibatch phase and ``target_kl`` they kept climbing (lambda
+  0.65, two runs: 3 cows after 117k and 137k);
 * for a sparse +1-per-cow reward: raw-return values (``use_normalized_vf`` off) and an advantage std floor of 0.1,
   so iterations without any reward do not turn value noise into policy updates (docs/training.md, "Sparse rewards").
 """
@@ -68,6 +76,7 @@ online_dict = {
         "batches_per_iteration": 8,
         "minibatch_window": 16,
         "whole_batch_iterations": 30,
+        "gae_lambda": 0.8,
         "epochs_per_iteration": 4,
         "context_length": 64,
         "use_normalized_vf": False,
