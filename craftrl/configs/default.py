@@ -37,12 +37,13 @@ defaults (docs/config.md). Choices, each measured on 2 cores (BENCHMARKS.md, "Le
   706 / 737 env steps/s end to end with 1 / 2 / 4 envs per process. On a larger machine the same config gives
   each env its own process;
 * GAE lambda 0.8 instead of 0.95: with a shorter credit horizon the first kills teach sooner what led to them. On
-  the slow machine (bench/notes/learning.md, eleventh session) 6 runs reached 2 cows after a median 84k env steps
-  and 3 cows after 120-236k (median 137k, 339 s), 8.2 / 8.8 / 5.05 cows at 10 minutes, where the 9 runs at 0.95
-  took 121k to more than 237k (median 148k), and its three 20-minute runs stood at 6.5-7.4 at 10 minutes. Not a
-  significant difference over so few runs, but no aggregate was worse. Low lambdas had levelled off at 1.5-2 cows
-  under whole-batch updates (third session); with the minibatch phase and ``target_kl`` they kept climbing (lambda
-  0.65, two runs: 3 cows after 117k and 137k);
+  the slow machine (bench/notes/learning.md, eleventh session) 7 runs reached 2 cows after a median 90k env steps
+  and 3 cows after 120-236k (median 139k, 345 s), 8.2 / 8.8 / 5.05 / 8.5 cows at 10 minutes and, in the one
+  20-minute run, 10.1 at 20, where the 9 runs at 0.95 took 121k to more than 237k (median 148k), and its three
+  20-minute runs stood at 6.5-7.4 at 10 minutes and 8.0-8.3 at 20. Not a significant difference over so few runs,
+  but no aggregate was worse. Low lambdas had levelled off at 1.5-2 cows under whole-batch updates (third
+  session); with the minibatch phase and ``target_kl`` they kept climbing (lambda 0.65, two runs: 3 cows after
+  117k and 137k);
 * for a sparse +1-per-cow reward: raw-return values (``use_normalized_vf`` off) and an advantage std floor of 0.1,
   so iterations without any reward do not turn value noise into policy updates (docs/training.md, "Sparse rewards").
 """
