@@ -58,6 +58,36 @@ def test_crafter_sim_follows_the_env_contract() -> None:
     sim.close()
 
 
+def test_semantic_map_is_reported_only_when_asked_for_and_changes_nothing_else() -> None:
+    # Without summoned cows: Crafter picks which creature of a crowded chunk to despawn from a set ordered by
+    # memory address, so two worlds with many summoned cows drift apart even with one seed and one action list.
+    with_map, without = CrafterSim(seed=5, semantic_map=True), CrafterSim(seed=5)
+    (obs_a, info_a), (obs_b, info_b) = with_map.reset(), without.reset()
+    assert np.array_equal(info_a.pop("semantic"), with_map._game._sem_view()) and "semantic" not in info_b
+    assert np.array_equal(obs_a["image"], obs_b["image"])
+    rng = np.random.default_rng(1)
+    for _ in range(150):
+        action = int(rng.integers(with_map.action_space.n))
+        *step_a, info_a = with_map.step(action)
+        *step_b, info_b = without.step(action)
+        semantic = info_a.pop("semantic")
+        assert semantic.shape == (64, 64) and np.array_equal(semantic, with_map._game._sem_view())
+        assert "semantic" not in info_b
+        assert np.array_equal(step_a[0]["image"], step_b[0]["image"]) and step_a[1:] == step_b[1:]
+        assert set(info_a) == set(info_b) and info_a["achievements"] == info_b["achievements"]
+        assert np.array_equal(info_a["player_pos"], info_b["player_pos"])
+
+
+def test_reset_semantic_map_shows_the_summoned_cows() -> None:
+    sim = make_cows(seed=3, semantic_map=True)
+    _, info = sim.reset()
+    cow_id = sim._game._sem_view._obj_ids[objects.Cow]
+    cows = [obj for obj in sim.world.objects if isinstance(obj, objects.Cow)]
+    assert info["summoned"]["cow"] == 10 and len(cows) >= 10
+    assert int((info["semantic"] == cow_id).sum()) == len(cows)
+    assert "semantic" not in make_cows(seed=3).reset()[1]
+
+
 def test_reset_seed_reproduces_the_world() -> None:
     sim = CrafterSim(seed=1)
     first, _ = sim.reset(seed=7)
