@@ -41,6 +41,21 @@ from craftrl.envs.contract import check_reset_result, check_step_result
 _PARENT_CHECK_PERIOD_S = 2.0
 
 
+def send_message(conn: Connection, message: tuple) -> None:
+    """Pickle with protocol 5 instead of ``Connection.send``'s default protocol 4.
+
+    Replies carry several observations each. Crafter's frames are transposed views, and protocol 4 pickled a
+    reply of 4 of them in 2-3x the time protocol 5 took (~260-340 against ~90-100 us), once per request in
+    every env process. Unpickled arrays stay writable. Nothing on this pipe needs ``ForkingPickler``'s
+    reducers: no file descriptors or connections cross it.
+    """
+    conn.send_bytes(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def receive_message(conn: Connection) -> tuple:
+    return pickle.loads(conn.recv_bytes())
+
+
 def _kill_own_group() -> None:
     try:
         os.killpg(os.getpgid(0), signal.SIGKILL)
@@ -118,7 +133,7 @@ def env_process_main(conn: Connection, generator_bytes: bytes, count: int = 1) -
         recorders = [_Recorder() for _ in range(count)]
         while True:
             try:
-                message = conn.recv()
+                message = receive_message(conn)
             except EOFError:  # the parent is gone: take the envs' children with us
                 _kill_own_group()
             command, where, entries = message[0], message[0], []
@@ -139,14 +154,14 @@ def env_process_main(conn: Connection, generator_bytes: bytes, count: int = 1) -
                         entries.append(_reset_entry(envs[index], recorders[index], index, None, False))
             else:
                 raise ValueError(f"env process: unknown command {command!r}")
-            conn.send(("results", entries))
+            send_message(conn, ("results", entries))
     except BaseException:  # noqa: BLE001 - every failure is reported; the parent then kills the group
         report = ("error", where, traceback.format_exc())
         # What the other envs (or this env's finished step) produced still counts, unless it is the reply that
         # failed (an observation that cannot be pickled): then only the error goes.
         for message in ([("results", entries)] if entries else []) + [report]:
             try:
-                conn.send(message)
+                send_message(conn, message)
             except Exception:  # noqa: BLE001 - a broken pipe or an unpicklable reply; nothing more to tell
                 pass
 
@@ -174,10 +189,14 @@ class EnvProcess:
     def send(self, message: tuple) -> bool:
         """Send a request; False if the pipe is already broken (the death is noticed by ``wait``)."""
         try:
-            self.conn.send(message)
+            send_message(self.conn, message)
             return True
         except (BrokenPipeError, ConnectionResetError, OSError):
             return False
+
+    def receive(self) -> tuple:
+        """The next message from the env process (blocks); EOFError or OSError once it is gone."""
+        return receive_message(self.conn)
 
     def kill(self) -> None:
         """SIGKILL the env's process group (the env and everything it started), then reap it."""

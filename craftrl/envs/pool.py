@@ -348,7 +348,7 @@ class EnvPool:
         assert process is not None
         try:
             while host.process is process and process.conn.poll():
-                self._handle(host, process.conn.recv())
+                self._handle(host, process.receive())
         except (EOFError, OSError):  # the child closed its end: it is dead or dying
             process.process.join(timeout=1.0)
             self._restart(host, "died", f"env process exited with code {process.process.exitcode}")
