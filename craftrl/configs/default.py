@@ -12,7 +12,7 @@ defaults (docs/config.md). Choices, each measured on 2 cores (BENCHMARKS.md, "Le
   9 minutes on the other 2 (bench/notes/learning.md, ninth and tenth sessions). Env steps to 3 cows stayed
   within the larger policy's spread (121-181k). Its 20-minute runs there at lambda 0.95 (seeds 0-2): 3 cows
   after 364-387 s, 6.5-7.4 cows at 10 minutes and 8.0-8.3 at 20, 414-416 env steps/s;
-* whole-batch PPO updates first, then small ones: 1024 env steps per iteration (16 fragments x 64 steps),
+* whole-batch PPO updates first, then small ones: 1024 env steps per iteration (32 fragments x 32 steps),
   4 epochs, each fragment used in one iteration only (``max_reuse`` 1). For the first 30 iterations each epoch
   is one optimiser step over all 1024 steps, which finds the first cows soonest while rewards are rare; after
   them the fragments are cut into 16-step sequences shuffled into 8 minibatches (up to 32 steps per
@@ -30,12 +30,19 @@ defaults (docs/config.md). Choices, each measured on 2 cores (BENCHMARKS.md, "Le
   moved 0.03-0.06 per iteration, with clip fractions of 0.3-0.45). Together, seeds 0 / 1: 3 cows per episode
   after 227 / 252 s and 7.5 / 8.7 cows at 10 minutes, against 292 / 261 s and 6.6 / 5.85 without them, on the
   same machine (the larger policy, on the faster machine; bench/notes/learning.md);
-* 8 envs stepped in two groups of 4, so inference on one group overlaps stepping of the other, with
+* 16 envs stepped in two groups of 8, so inference on one group overlaps stepping of the other, with
   ``envs_per_process`` 0: the worker puts about one env process on each core (on 2 cores, two processes of
-  4 envs, one per group), so a group costs one pipe round trip instead of 4 -- each round trip costs about
-  as much CPU as a Crafter step (bench/results/env_throughput.md); same seed, one run after another: 650 /
-  706 / 737 env steps/s end to end with 1 / 2 / 4 envs per process. On a larger machine the same config gives
-  each env its own process;
+  8 envs, one per group), so a group costs one pipe round trip instead of 8 -- each round trip costs about
+  as much CPU as a Crafter step (bench/results/env_throughput.md). On a larger machine the same config gives
+  each env its own process. Against 8 envs in groups of 4 (the default until the twelfth session): the
+  sampler alone ran 0.67 of the raw env speed instead of 0.52 (``bench/sampler.py``), and inference cost less
+  per step. With 64-step fragments, 16 envs ran 457-474 env steps/s end to end against 375-381 for 8 envs in
+  the same session, but their data was staler (a fragment took twice as long to fill) and 3 cows took
+  143-168k env steps (4 seeds) against 106-149k: 309-355 s against 283-391 s. Fragments of 32 steps (32 per
+  iteration, ``context_length`` 32) keep each fragment's fill time that of 8 envs, and a send queue of 16
+  (one per env) stops the worker waiting on its sender when a group's 8 fragments end together:
+  519-549 env steps/s and 3 cows after 222 / 261 / 289 / 323 / 338 s (median 289 s; 120-162k env steps,
+  median 142k) over 5 seeds, 7.3-8.65 cows at 10 minutes (bench/notes/learning.md, twelfth session);
 * GAE lambda 0.8 instead of 0.95: with a shorter credit horizon the first kills teach sooner what led to them. On
   the slow machine (bench/notes/learning.md, eleventh session) 7 runs reached 2 cows after a median 90k env steps
   and 3 cows after 120-236k (median 139k, 345 s), 8.2 / 8.8 / 5.05 / 8.5 cows at 10 minutes and, in the one
@@ -64,21 +71,21 @@ def policy_generator():
 online_dict = {
     "detach_rollout_manager": False,
     "rollout_config": {
-        "fragment_length": 64,
-        "to_send_queue_size": 4,
-        "worker_config": {"num_envs": 8, "batch_size": 4, "envs_per_process": 0},
+        "fragment_length": 32,
+        "to_send_queue_size": 16,
+        "worker_config": {"num_envs": 16, "batch_size": 8, "envs_per_process": 0},
         "replay_buffer_config": {"max_reuse": 1, "max_staleness": 2},
     },
     "train_config": {
         "num_iterations": 400,
         "learning_rate": 5e-4,
-        "batch_size_per_gpu": 2,
+        "batch_size_per_gpu": 4,
         "batches_per_iteration": 8,
         "minibatch_window": 16,
         "whole_batch_iterations": 30,
         "gae_lambda": 0.8,
         "epochs_per_iteration": 4,
-        "context_length": 64,
+        "context_length": 32,
         "use_normalized_vf": False,
         "advantage_std_floor": 0.1,
         "cpu_bf16": True,
