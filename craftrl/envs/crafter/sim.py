@@ -52,7 +52,8 @@ class CrafterSim:
 
     ``semantic_map`` (default off) adds ``info["semantic"]``, Crafter's object-id map of the whole world, to
     every reset and step. Scripted agents want it; the training pipeline never reads it, and building it costs
-    about 3 % of a step and a third of each step's reply between processes, so it is left out unless asked for.
+    about 3 % of a step and a quarter of the bytes of each step's reply between processes, so it is left out
+    unless asked for.
     """
 
     def __init__(
