@@ -41,8 +41,9 @@ defaults (docs/config.md). Choices, each measured on 2 cores (BENCHMARKS.md, "Le
   143-168k env steps (4 seeds) against 106-149k: 309-355 s against 283-391 s. Fragments of 32 steps (32 per
   iteration, ``context_length`` 32) keep each fragment's fill time that of 8 envs, and a send queue of 16
   (one per env) stops the worker waiting on its sender when a group's 8 fragments end together:
-  519-549 env steps/s and 3 cows after 222 / 261 / 289 / 323 / 338 s (median 289 s; 120-162k env steps,
-  median 142k) over 5 seeds, 7.3-8.65 cows at 10 minutes (bench/notes/learning.md, twelfth session);
+  519-667 env steps/s and 3 cows after 200 / 222 / 261 / 289 / 323 / 338 s over 6 runs (median 275 s;
+  120-162k env steps, median 137k), 7.3-8.65 cows at 10 minutes and 9.7 at 20 in one 20-minute run
+  (bench/notes/learning.md, twelfth session);
 * GAE lambda 0.8 instead of 0.95: with a shorter credit horizon the first kills teach sooner what led to them. On
   the slow machine (bench/notes/learning.md, eleventh session) 7 runs reached 2 cows after a median 90k env steps
   and 3 cows after 120-236k (median 139k, 345 s), 8.2 / 8.8 / 5.05 / 8.5 cows at 10 minutes and, in the one
