@@ -86,7 +86,6 @@ class CrafterSim:
         self._game = crafter.Env(area=area, view=view, size=(self.obs_size[1], self.obs_size[0]),
                                  reward=True, length=length, seed=seed)
         self._game.craftrl_skip_semantic = not semantic_map  # read by fast_step's step
-        self.semantic_map = bool(semantic_map)
         self.rng = np.random.default_rng(seed)
         self.step_count = 0
         self._last_obs: dict[str, Any] | None = None
@@ -94,6 +93,11 @@ class CrafterSim:
             {"image": gymnasium.spaces.Box(0, 255, (*self.obs_size, 3), np.uint8)})
         self.action_space = gymnasium.spaces.Discrete(len(crafter.constants.actions))
         self.action_names: list[str] = list(crafter.constants.actions)
+
+    @property
+    def semantic_map(self) -> bool:
+        """Whether infos carry ``semantic``; one flag, the one fast_step's step reads."""
+        return not self._game.craftrl_skip_semantic
 
     # The Crafter internals callbacks act on.
     @property
