@@ -65,11 +65,15 @@ def rng_state() -> dict[str, Any]:
 
 
 def restore_rng_state(state: dict[str, Any]) -> None:
+    """Generators take their state as CPU byte tensors only, but a checkpoint loaded with
+    ``map_location="cuda"`` (as the trainer loads it on a GPU) holds them on the GPU: bring them back.
+    A checkpoint from a machine with more GPUs restores the generators of the GPUs this one has."""
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
+    torch.set_rng_state(state["torch"].cpu())
     if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+        cuda_states = state["cuda"][:torch.cuda.device_count()]
+        torch.cuda.set_rng_state_all([generator_state.cpu() for generator_state in cuda_states])
 
 
 def save_checkpoint(save_path: str | Path, training: TrainingState, *, model: dict[str, torch.Tensor],

@@ -91,7 +91,8 @@ def advantage_moments(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Ten
     """``[count, sum, sum of squares]`` in float64: the sufficient statistics to all-reduce across ranks."""
     mask = mask.bool()
     valid = advantages[mask].double()
-    return torch.stack([torch.tensor(float(valid.numel()), dtype=torch.float64), valid.sum(), (valid ** 2).sum()])
+    count = torch.tensor(float(valid.numel()), dtype=torch.float64, device=valid.device)
+    return torch.stack([count, valid.sum(), (valid ** 2).sum()])
 
 
 def normalize_advantages(advantages: torch.Tensor, moments: torch.Tensor, eps: float = 1e-8,

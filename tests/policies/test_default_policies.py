@@ -238,9 +238,13 @@ def test_generators_are_zero_argument_and_picklable():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("name", ["default", "mlp", "vpt_tiny"])
-def test_policies_run_on_cuda_with_state_on_device(name):
-    policy = make_policy_generator(name, device="cuda")()
+@pytest.mark.parametrize("name, kwargs", [
+    ("default", {}), ("mlp", {}), ("vpt_tiny", {}),
+    # the default config's policy
+    ("default", {"encoder": "tiles", "channels": (16, 16), "hidden_size": 128, "recurrent": "lstm"}),
+])
+def test_policies_run_on_cuda_with_state_on_device(name, kwargs):
+    policy = make_policy_generator(name, device="cuda", **kwargs)()
     if name == "mlp":
         obs = {"vector": torch.randn(2, 3, 4, device="cuda")}
     else:
@@ -252,5 +256,11 @@ def test_policies_run_on_cuda_with_state_on_device(name):
     assert all(leaf.device.type == "cuda" for leaf in tree_leaves(result.state_out))
     restored = policy.state_to_device(split_state(state_to_numpy(result.state_out), 2)[1])
     assert all(leaf.device.type == "cuda" for leaf in tree_leaves(restored))
-    # TF32 / cuDNN kernels differ between sequence and step calls: looser than the CPU 1e-5.
-    assert chunked_vs_stepwise_max_diff(policy, obs, first) <= 1e-3
+    # cuDNN's default TF32 convolutions alone put sequence and step calls up to ~1e-2 apart (an H200, the
+    # default policy): compare in float32, where a wrong state would still show.
+    tf32 = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        assert chunked_vs_stepwise_max_diff(policy, obs, first) <= 1e-4
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = tf32

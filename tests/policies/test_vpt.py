@@ -147,6 +147,25 @@ def test_episode_start_erases_memory_and_rows_are_independent(small_vpt):
     assert torch.allclose(a["pi_logits"]["camera"][1:], row["pi_logits"]["camera"], atol=1e-5)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_attention_runs_under_autocast_and_still_masks_other_episodes(small_vpt, dtype):
+    """``use_amp`` (fp16) and ``cpu_bf16`` run the policy under autocast. Its attention scores must stay float32:
+    in fp16 the mask value overflowed (the learner crashed on a GPU)."""
+    images = _images(2, 6)
+    other = _images(2, 6, seed=9)
+    other["image"][:, 3:] = images["image"][:, 3:]
+    first = torch.zeros(2, 6, dtype=torch.bool)
+    first[:, 3] = True
+    with torch.no_grad():
+        exact, _ = small_vpt(input=images, state_in=small_vpt.initial_state(2), first=first)
+        with torch.autocast("cpu", dtype=dtype):
+            a, _ = small_vpt(input=images, state_in=small_vpt.initial_state(2), first=first)
+            b, _ = small_vpt(input=other, state_in=small_vpt.initial_state(2), first=first)
+    # bf16 keeps 8 bits of mantissa: 0.07 off on values of about 1.3 here, fp16 0.005
+    assert torch.allclose(a["vpred"].float(), exact["vpred"], atol=0.02 if dtype == torch.float16 else 0.2)
+    assert torch.equal(a["vpred"][:, 3:], b["vpred"][:, 3:]), "the new episode must not see the old one"
+
+
 def test_attention_matches_definition_from_the_vpt_paper_code():
     """Vectorised attention vs a per-query loop written straight from the published semantics:
     logits = q.k / head_dim + sum_n r_n b[n, distance]; window of M frames including the current one;

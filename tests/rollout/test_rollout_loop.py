@@ -14,11 +14,11 @@ from craftrl.rollout.testing import CountingPolicy
 from craftrl.rollout.worker import RolloutLoop, auto_envs_per_process
 
 
-def collect(env_generator, *, num_envs=2, batch_size=1, fragment_length=4, fragments=6, **kwargs):
+def collect(env_generator, *, num_envs=2, batch_size=1, fragment_length=4, fragments=6, policy=None, **kwargs):
     """Step until every env produced ``fragments / num_envs`` fragments (env processes start at different
     speeds on a loaded machine, so a plain total could come from one env alone)."""
     out, episodes = [], []
-    loop = RolloutLoop(env_generator, CountingPolicy(), num_envs=num_envs, batch_size=batch_size,
+    loop = RolloutLoop(env_generator, policy or CountingPolicy(), num_envs=num_envs, batch_size=batch_size,
                        fragment_length=fragment_length, emit=out.append, on_episode=episodes.append, **kwargs)
     per_env = -(-fragments // num_envs)
     try:
@@ -36,11 +36,17 @@ def by_env(fragments):
     return grouped
 
 
-@pytest.mark.parametrize("num_envs, batch_size, envs_per_process", [(2, 1, 1), (4, 2, 2), (4, 1, 2), (4, 2, 0)])
-def test_fragment_fields_line_up_with_the_scripted_env(num_envs, batch_size, envs_per_process):
+CUDA_CASE = pytest.param(4, 2, 2, "cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"))
+
+
+@pytest.mark.parametrize("num_envs, batch_size, envs_per_process, device",
+                         [(2, 1, 1, "cpu"), (4, 2, 2, "cpu"), (4, 1, 2, "cpu"), (4, 2, 0, "cpu"), CUDA_CASE])
+def test_fragment_fields_line_up_with_the_scripted_env(num_envs, batch_size, envs_per_process, device):
+    """On CUDA the recurrent state lives on the GPU between steps and comes back to numpy per fragment."""
     env = functools.partial(ScriptedEnv, episode_length=5, end_with="terminated")
     fragments, episodes, _ = collect(env, num_envs=num_envs, batch_size=batch_size, fragment_length=4,
-                                     fragments=4 * num_envs, envs_per_process=envs_per_process)
+                                     fragments=4 * num_envs, envs_per_process=envs_per_process,
+                                     policy=CountingPolicy().to(device))
     grouped = by_env(fragments)
     assert len(grouped) == num_envs
     for env_id, chain in grouped.items():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -12,6 +14,8 @@ from craftrl.train.checkpoint import (TrainingState, apply_retention, checkpoint
                                       load_checkpoint, resolve_resume, save_checkpoint)
 from craftrl.train.learner import PPOLearner, cut_sequences
 from train_fragments import bandit_fragments, random_images
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
 
 def train_config(**overrides):
@@ -145,6 +149,103 @@ def test_first_iteration_on_fresh_behaviour_data_starts_at_ratio_one():
     assert metrics["ppo/clip_fraction"] == 0.0
     assert metrics["ppo/behaviour_kl"] == pytest.approx(0.0, abs=1e-6)
     assert metrics["ppo/behaviour_clip_fraction"] == 0.0
+
+
+@needs_cuda
+@pytest.mark.parametrize("use_amp", [False, True])
+def test_ppo_learns_the_rewarding_action_on_cuda(use_amp):
+    """The learner on a GPU, in float32 and with fp16 autocast and grad scaling; a CPU copy acts."""
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    actor = mlp_policy_generator(obs_dim=4, num_actions=2)
+    trained = copy.deepcopy(actor).cuda()
+    learner = PPOLearner(trained, train_config(use_amp=use_amp), torch.device("cuda"))
+    assert learner.use_amp == use_amp
+    generator = torch.Generator().manual_seed(0)
+    for iteration in range(8):
+        actor.load_state_dict(trained.state_dict())
+        fragments = bandit_fragments(actor, num_envs=8, length=10, rng=rng, version=iteration)
+        metrics = learner.iteration(fragments, iteration, iteration, generator)
+        assert all(np.isfinite(v) for k, v in metrics.items() if k != "ppo/explained_variance")
+    assert all(parameter.device.type == "cuda" for parameter in trained.parameters())
+    actor.load_state_dict(trained.state_dict())
+    assert action_one_probability(actor) > 0.85
+
+
+@needs_cuda
+def test_an_iteration_on_cuda_computes_what_the_cpu_computes():
+    """Evaluation over windows, GAE, advantage moments and the losses agree between the devices (TF32 off,
+    so both compute in float32); a step of lr 1e-9 leaves the second window's numbers comparable too."""
+    torch.manual_seed(3)
+    policy = default_policy_generator(num_actions=3, image_shape=(64, 64, 3), hidden_size=32, channels=(8, 8, 8))
+    rng = np.random.default_rng(3)
+    fragments = bandit_fragments(policy, 4, 6, rng, obs_fn=random_images(rng), episode_length=4)
+    config = train_config(batch_size_per_gpu=2, epochs_per_iteration=1, learning_rate=1e-9, minibatch_window=3)
+    tf32 = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        metrics = {device: PPOLearner(copy.deepcopy(policy).to(device), config, torch.device(device))
+                   .iteration(fragments, 0, 0, torch.Generator().manual_seed(0)) for device in ("cpu", "cuda")}
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = tf32
+    assert metrics["cuda"].keys() == metrics["cpu"].keys()
+    assert metrics["cpu"]["loss/value"] > 0.01 and metrics["cpu"]["ppo/grad_norm"] > 0.01
+    for key, value in metrics["cpu"].items():
+        assert metrics["cuda"][key] == pytest.approx(value, rel=1e-3, abs=1e-5), key
+
+
+@needs_cuda
+def test_a_checkpoint_loaded_onto_cuda_restores_its_random_state(tmp_path):
+    """The trainer loads checkpoints with map_location on its device, which moves the saved generator
+    states onto the GPU; restoring must still give the same random numbers on both devices."""
+    from craftrl.train.checkpoint import restore_rng_state
+
+    policy = mlp_policy_generator(obs_dim=4, num_actions=2).cuda()
+    learner = PPOLearner(policy, train_config(use_amp=True), torch.device("cuda"))
+    learner.iteration(bandit_fragments(copy.deepcopy(policy).cpu(), 4, 8, np.random.default_rng(4)), 0, 0,
+                      torch.Generator())
+    save_checkpoint(tmp_path, TrainingState(iteration=1, version=1, env_steps=32, trained_samples=32, rho=0.0),
+                    model=policy.state_dict(), optimizer=learner.optimizer.state_dict(), reference=None,
+                    scaler=learner.scaler.state_dict())
+    expected = torch.rand(3), torch.rand(3, device="cuda")
+    payload = load_checkpoint(resolve_resume("latest", tmp_path), map_location="cuda")
+    assert payload["rng"]["torch"].device.type == "cuda", "the case this test is about"
+    restore_rng_state(payload["rng"])
+    assert torch.equal(torch.rand(3), expected[0])
+    assert torch.equal(torch.rand(3, device="cuda"), expected[1])
+    restored = PPOLearner(mlp_policy_generator(obs_dim=4, num_actions=2).cuda(), train_config(use_amp=True),
+                          torch.device("cuda"))
+    restored.optimizer.load_state_dict(payload["optimizer"])
+    restored.scaler.load_state_dict(payload["scaler"])
+    assert restored.scaler.get_scale() == learner.scaler.get_scale()
+
+
+@pytest.mark.parametrize("device, use_amp", [("cpu", False), pytest.param("cuda", True, marks=needs_cuda)])
+def test_vpt_trains_on_its_dict_actions_and_transformer_memory(device, use_amp):
+    """VPT's two-part action (buttons, camera when on) and its transformer memory as the recurrent state,
+    on a GPU under fp16 autocast: the learner reproduces the behaviour it starts from and moves the weights."""
+    from craftrl.policies.vpt import vpt_tiny
+
+    torch.manual_seed(5)
+    actor = vpt_tiny()
+    rng = np.random.default_rng(5)
+    fragments = bandit_fragments(actor, 2, 6, rng, obs_fn=random_images(rng, (128, 128, 3)), episode_length=4)
+    assert set(fragments[0].action) == {"buttons", "camera"}
+    trained = copy.deepcopy(actor).to(device)
+    learner = PPOLearner(trained, train_config(batch_size_per_gpu=2, context_length=3, epochs_per_iteration=1,
+                                               use_amp=use_amp), torch.device(device))
+    before = [parameter.detach().clone() for parameter in trained.parameters()]
+    metrics = learner.iteration(fragments, 0, 0, torch.Generator().manual_seed(0))
+    assert all(np.isfinite(v) for k, v in metrics.items() if k != "ppo/explained_variance")
+    # one minibatch, measured before its step; fp16 log-probs over 8641 button combinations are coarser
+    assert metrics["ppo/ratio_mean"] == pytest.approx(1.0, abs=2e-2 if use_amp else 1e-4)
+    steps = metrics["ppo/optimizer_steps"]
+    for iteration in range(1, 4):  # fp16 grad scaling skips steps that overflow while it lowers its scale
+        if steps or not use_amp:
+            break
+        steps = learner.iteration(fragments, iteration, iteration, torch.Generator())["ppo/optimizer_steps"]
+    assert steps == 1.0
+    assert any(not torch.equal(a, b) for a, b in zip(before, trained.parameters()))
 
 
 @pytest.mark.parametrize("decoupled_clip", [False, True])

@@ -52,19 +52,20 @@ def test_draws_follow_priority_and_skip_fragments_the_value_has_learnt():
     assert buffer.draw(2, generator) == [] and buffer.total_priority == 0.0
 
 
-@pytest.mark.parametrize("self_imitation_coef", [0.0, 1.0])
-def test_learner_learns_the_rewarding_action_from_kept_fragments_without_ppo(self_imitation_coef):
+@pytest.mark.parametrize("self_imitation_coef, device", [
+    (0.0, "cpu"), (1.0, "cpu"),
+    pytest.param(1.0, "cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"))])
+def test_learner_learns_the_rewarding_action_from_kept_fragments_without_ppo(self_imitation_coef, device):
     """PPO's policy loss is off: only self-imitation can move the policy, from one iteration of data."""
     torch.manual_seed(0)
     policy = mlp_policy_generator(obs_dim=4, num_actions=2)
     config = train_config(ppo_policy_coef=0.0, self_imitation_coef=self_imitation_coef, self_imitation_updates=20,
                           self_imitation_batch_size=4, learning_rate=0.02)
-    learner = PPOLearner(policy, config, torch.device("cpu"))
-    generator = torch.Generator().manual_seed(0)
     fragments = bandit_fragments(policy, num_envs=8, length=10, rng=np.random.default_rng(0))
     before = action_one_probability(policy)
-    metrics = learner.iteration(fragments, 0, 0, generator)
-    after = action_one_probability(policy)
+    learner = PPOLearner(policy.to(device), config, torch.device(device))
+    metrics = learner.iteration(fragments, 0, 0, torch.Generator().manual_seed(0))
+    after = action_one_probability(policy.cpu())
     assert before == pytest.approx(0.5, abs=0.1)
     if self_imitation_coef == 0.0:
         assert learner.imitation is None and "self_imitation/steps" not in metrics

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from craftrl.policies.state import split_state, state_to_numpy
+from craftrl.policies.state import split_state, state_to_numpy, tree_leaves, tree_map
 from craftrl.rollout.cutter import FragmentCutter
 
 
@@ -17,7 +17,8 @@ def random_images(rng: np.random.Generator, shape: tuple[int, int, int] = (64, 6
 def bandit_fragments(policy, num_envs: int, length: int, rng: np.random.Generator, version: int = 0,
                      obs_fn=None, episode_length: int = 5, first_index: int = 0, obs_key: str = "vector"):
     """Each env: random observations; action 1 pays 1, action 0 pays 0; episodes end (terminated) every
-    ``episode_length`` steps. One fragment per env, acted by ``policy`` with carried state."""
+    ``episode_length`` steps. One fragment per env, acted by ``policy`` with carried state. With a dict
+    action (VPT's buttons and camera) the first part's value decides the reward."""
     obs_fn = obs_fn or (lambda: {obs_key: rng.normal(size=4).astype(np.float32)})
     cutters = [FragmentCutter(f"env{i}", length) for i in range(num_envs)]
     for cutter in cutters:
@@ -31,15 +32,17 @@ def bandit_fragments(policy, num_envs: int, length: int, rng: np.random.Generato
         batch = {k: torch.from_numpy(np.stack([o[k] for o in observations]))[:, None] for k in observations[0]}
         out = policy.act(batch, state, torch.from_numpy(first)[:, None])
         states_in = split_state(state, num_envs) if state_to_numpy(state) != {} else [{}] * num_envs
-        actions = out.action[:, 0].numpy()
+        actions = tree_map(lambda t: t[:, 0].cpu().numpy(), out.action)
         for i, cutter in enumerate(cutters):
-            closed = cutter.begin_step(observations[i], bool(first[i]), actions[i], float(out.logp[i, 0]),
+            action = tree_map(lambda a: a[i], actions)
+            closed = cutter.begin_step(observations[i], bool(first[i]), action, float(out.logp[i, 0]),
                                        float(out.vpred[i, 0]), version, lambda s=states_in[i]: state_to_numpy(s))
             if closed is not None:
                 fragments.append(closed)
                 continue
             done = (t + 1) % episode_length == 0
-            cutter.end_step(float(actions[i] == 1), terminated=done, truncated=False)
+            paid = np.asarray(tree_leaves(action)[0]).reshape(-1)[0] == 1
+            cutter.end_step(float(paid), terminated=done, truncated=False)
         first = np.full(num_envs, (t + 1) % episode_length == 0)
         state = out.state_out
         t += 1

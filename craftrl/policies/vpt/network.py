@@ -184,12 +184,16 @@ class EpisodeMaskedAttention(nn.Module):
             return tensor.reshape(batch, tensor.shape[1], block.heads, -1).transpose(1, 2)
 
         queries = split_heads(block.q_layer(x))                                         # [B, H, t, D]
-        logits = torch.matmul(queries.float(), split_heads(keys).float().transpose(-1, -2)) / block.head_dim
-        position_weights = split_heads(block.r_layer(x)).float()                       # [B, H, t, nbasis]
-        band = block.b_nd.float()[:, distance.clamp(0, memory - 1)] * in_window       # [nbasis, t, M+t]
-        logits = logits + torch.einsum("bhtn,ntk->bhtk", position_weights, band)
-        logits = logits.masked_fill(~visible[:, None], MASKED_LOGIT)
-        attended = torch.matmul(torch.softmax(logits, dim=-1).to(values.dtype), split_heads(values))
+        position_weights = split_heads(block.r_layer(x))                               # [B, H, t, nbasis]
+        # Scores and softmax in float32 also under autocast, which would run these products in fp16 (where
+        # the mask value overflows: use_amp crashed here) or bf16.
+        with torch.autocast(device_type=x.device.type, enabled=False):
+            logits = torch.matmul(queries.float(), split_heads(keys).float().transpose(-1, -2)) / block.head_dim
+            band = block.b_nd.float()[:, distance.clamp(0, memory - 1)] * in_window   # [nbasis, t, M+t]
+            logits = logits + torch.einsum("bhtn,ntk->bhtk", position_weights.float(), band)
+            logits = logits.masked_fill(~visible[:, None], MASKED_LOGIT)
+            weights = torch.softmax(logits, dim=-1)
+        attended = torch.matmul(weights.to(values.dtype), split_heads(values))
         output = x + block.proj_layer(attended.transpose(1, 2).reshape(batch, time, -1))
 
         still_valid = key_valid & (key_episode == query_episode[:, -1:])
