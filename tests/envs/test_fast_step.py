@@ -183,6 +183,41 @@ def test_fallbacks_for_foreign_objects_and_far_moves(crafter_original, determini
     assert tails and all(start == 2 for start in tails)  # right after the player (index 1)
 
 
+def _chunk_contents(world) -> dict:
+    return {key: sorted(tuple(obj.pos.tolist()) for obj in members) for key, members in world._chunks.items()}
+
+
+def test_crowded_cows_on_a_small_world_match_crafter(crafter_original, deterministic_object_hashes,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cows have their own fast update: crowd them around the player as the cows task does, on a world
+    small enough that they walk into its border and across chunks, some with no health left (removed on
+    their next update, after which they still draw), and compare every step and the chunk sets."""
+    moved = []
+    real_cow_update = fast_step._cow_update
+    monkeypatch.setattr(fast_step, "_cow_update", lambda cow: moved.append(cow) or real_cow_update(cow))
+    pair = _Pair(area=(20, 18), view=(9, 9), size=(64, 64), seed=11, length=400)
+    pair.reset()
+    for env in (pair.slow, pair.fast):
+        world, rng = env._world, np.random.default_rng(3)
+        for number, (x, y) in enumerate(rng.integers((0, 0), world.area, size=(120, 2)).tolist()):
+            if world[(x, y)][1] is None and world[(x, y)][0] in constants.walkable:
+                cow = objects.Cow(world, (x, y))
+                world.add(cow)
+                if number % 9 == 0:
+                    cow.health = 0
+                    cow.start = tuple(cow.pos.tolist())
+    assert sum(isinstance(obj, objects.Cow) for obj in pair.fast._world.objects) >= 40
+    rng = np.random.default_rng(4)
+    for action in rng.integers(len(constants.actions), size=150):
+        pair.call("step", int(action))
+        assert _chunk_contents(pair.slow._world) == _chunk_contents(pair.fast._world)
+    assert len(moved) >= 2000 and any(cow.removed for cow in moved)
+    dead = [cow for cow in moved if hasattr(cow, "start")]
+    assert dead and all(cow.removed and tuple(cow.pos.tolist()) == cow.start for cow in dead), "the dead stay"
+    xs, ys = zip(*(cow.pos.tolist() for cow in moved))
+    assert {min(xs), min(ys)} == {0} and max(xs) == 19 and max(ys) == 17, "cows reached every border"
+
+
 def test_pickled_env_keeps_working_and_spawned_children_can_install(crafter_original) -> None:
     _use(True)
     env = crafter.Env(seed=4)
