@@ -192,11 +192,12 @@ def test_crowded_cows_on_a_small_world_match_crafter(crafter_original, determini
     """Cows have their own fast update: crowd them around the player as the cows task does, on a world
     small enough that they walk into its border and across chunks, some with no health left (removed on
     their next update, after which they still draw), and compare every step and the chunk sets."""
-    moved = []
-    real_cow_update = fast_step._cow_update
+    moved, balanced = [], []
+    real_cow_update, real_balance = fast_step._cow_update, fast_step._balance_chunks
     monkeypatch.setattr(fast_step, "_cow_update", lambda cow: moved.append(cow) or real_cow_update(cow))
+    monkeypatch.setattr(fast_step, "_balance_chunks", lambda env: balanced.append(env) or real_balance(env))
     pair = _Pair(area=(20, 18), view=(9, 9), size=(64, 64), seed=11, length=400)
-    pair.reset()
+    pair.reset(start_step=150)  # at night, when zombies spawn
     for env in (pair.slow, pair.fast):
         world, rng = env._world, np.random.default_rng(3)
         for number, (x, y) in enumerate(rng.integers((0, 0), world.area, size=(120, 2)).tolist()):
@@ -207,11 +208,18 @@ def test_crowded_cows_on_a_small_world_match_crafter(crafter_original, determini
                     cow.health = 0
                     cow.start = tuple(cow.pos.tolist())
     assert sum(isinstance(obj, objects.Cow) for obj in pair.fast._world.objects) >= 40
+    made_before = pair.fast._world._test_objects_made
     rng = np.random.default_rng(4)
     for action in rng.integers(len(constants.actions), size=150):
         pair.call("step", int(action))
         assert _chunk_contents(pair.slow._world) == _chunk_contents(pair.fast._world)
     assert len(moved) >= 2000 and any(cow.removed for cow in moved)
+    # balancing ran the fast way every 10th step, despawned cows (too many) and spawned zombies
+    assert len(balanced) == 15 and all(env is pair.fast for env in balanced)
+    despawned = [cow for cow in moved if cow.removed and not hasattr(cow, "start") and cow.health > 0]
+    zombies = [obj for obj in pair.fast._world.objects
+               if isinstance(obj, objects.Zombie) and obj._test_number > made_before]
+    assert despawned and zombies, (len(despawned), len(zombies))
     dead = [cow for cow in moved if hasattr(cow, "start")]
     assert dead and all(cow.removed and tuple(cow.pos.tolist()) == cow.start for cow in dead), "the dead stay"
     xs, ys = zip(*(cow.pos.tolist() for cow in moved))
