@@ -165,7 +165,7 @@ class TrainConfig:
     normalize_advantage_full_batch: bool = key(True, "Normalise advantages with the mean/std of the whole iteration's data across all ranks.")
     advantage_std_floor: float = key(0.0, "Advantages are divided by max(their std, this floor), in return units; a floor keeps batches without reward (advantages = value noise) from becoming unit-scale updates. 0 = plain standardisation.", NON_NEGATIVE)
     use_normalized_vf: bool = key(True, "Learn the value in normalised return units (running mean/std), denormalised for GAE.")
-    num_readers: int = key(2, "Replay readers per train worker that load and decode chunks in parallel.", AT_LEAST_ONE)
+    num_readers: int = key(2, "Replay reader actors per train worker that load and decode chunks in parallel. 0 reads them in the train worker's own process, without reader processes or object transfers (the least CPU on one machine); a train worker on another node than the replay buffer then reads through 1 reader actor, with a warning.", NON_NEGATIVE)
     num_cpus_per_reader: float = key(0.0, "CPUs reserved per reader in Ray's accounting.", NON_NEGATIVE)
     prefetch_batches: int = key(2, "Batches read ahead while the learner computes.", NON_NEGATIVE)
     save_interval: int = key(10, "Save a checkpoint every this many iterations; 0 saves only the final one.", NON_NEGATIVE)

@@ -44,6 +44,13 @@ defaults (docs/config.md). Choices, each measured on 2 cores (BENCHMARKS.md, "Le
   519-667 env steps/s and 3 cows after 200 / 222 / 261 / 289 / 323 / 338 s over 6 runs (median 275 s;
   120-162k env steps, median 137k), 7.3-8.65 cows at 10 minutes and 9.7 at 20 in one 20-minute run
   (bench/notes/learning.md, twelfth session);
+* the learner reads its fragments from the replay store in its own process (``num_readers`` 0) rather than
+  through two reader actors, whose processes and Ray object transfers cost about 0.1 of the 2 cores: in two
+  A/B runs (seeds 0 / 1) replay and readers went from 0.135 to 0.062 cores and Ray's own processes from 0.105
+  to 0.072, and the runs reached 596 / 642 env steps/s and 3 cows after 212 / 207 s, against 522 / 601 env
+  steps/s and 236 / 277 s with reader actors (bench/notes/learning.md, thirteenth session). A train worker on
+  another node than the replay buffer reads through one reader actor instead, so the config runs unchanged
+  on a cluster;
 * GAE lambda 0.8 instead of 0.95: with a shorter credit horizon the first kills teach sooner what led to them. On
   the slow machine (bench/notes/learning.md, eleventh session) 7 runs reached 2 cows after a median 90k env steps
   and 3 cows after 120-236k (median 139k, 345 s), 8.2 / 8.8 / 5.05 / 8.5 cows at 10 minutes and, in the one
@@ -90,6 +97,7 @@ online_dict = {
         "use_normalized_vf": False,
         "advantage_std_floor": 0.1,
         "cpu_bf16": True,
+        "num_readers": 0,
         "target_kl": 0.02,
         "save_interval": 50,
         "keep_interval": 0,

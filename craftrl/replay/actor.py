@@ -64,6 +64,12 @@ class ReplayBufferActor:
         """How writers and readers open the store."""
         return self._layout
 
+    async def node_id(self) -> str:
+        """The Ray node this actor (and, in a single-node run, the store) is on."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+
     async def add_fragments(self, metas: Sequence[FragmentMeta]) -> None:
         """Register fragments whose records the caller has already put into the store."""
         report_due = self._policy.add(metas)

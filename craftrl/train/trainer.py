@@ -40,6 +40,22 @@ class RolloutFailedError(RuntimeError):
     """No rollout worker can produce data any more (the manager gave up on all of them)."""
 
 
+def reader_actors(num_readers: int, replay: Any) -> int:
+    """``num_readers``, except that 0 (read the store in this process) needs this process on the replay buffer's
+    node: elsewhere the store's path names nothing, so one reader actor reads for it instead."""
+    import ray
+
+    if num_readers > 0:
+        return num_readers
+    here, there = ray.get_runtime_context().get_node_id(), ray.get(replay.node_id.remote())
+    if here == there:
+        return 0
+    logger.warning("train_config.num_readers=0 reads the replay store in the train worker's process, but this "
+                   "train worker runs on node %s and the replay buffer on node %s: reading through 1 reader "
+                   "actor instead", here[:8], there[:8])
+    return 1
+
+
 def _named(name: str) -> Any:
     import ray
 
@@ -108,7 +124,7 @@ class _Run:
         self.statistics = _named(STATISTICS_NAME)
         if self.replay is None:
             raise RuntimeError("no replay buffer actor is running: call start_rolloutmanager before start_trainer")
-        self.readers = ReaderPool(self.replay, num_readers=train.num_readers,
+        self.readers = ReaderPool(self.replay, num_readers=reader_actors(train.num_readers, self.replay),
                                   num_cpus_per_reader=train.num_cpus_per_reader,
                                   prefetch_batches=train.prefetch_batches)
         sink = _named(METRICS_NAME)

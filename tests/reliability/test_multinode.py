@@ -51,7 +51,7 @@ online_dict = {{
     }},
     "train_config": {{"num_workers": 1, "num_cpus_per_worker": 1, "resources_per_worker": {{"learner_node": 1}},
                       "num_iterations": 4, "batch_size_per_gpu": 2, "batches_per_iteration": 2,
-                      "context_length": 4, "save_interval": 2, "num_readers": 1}},
+                      "context_length": 4, "save_interval": 2, "num_readers": 0}},
     "logger_config": {{"name": "multinode", "console_interval": 0}},
 }}
 '''

@@ -70,3 +70,26 @@ def test_write_sample_read_version_and_corruption_through_the_actor(ray_session,
     pool.close()
     writer.close()
     ray.kill(buffer)
+
+
+def test_num_readers_zero_reads_in_the_trainer_process_only_on_the_buffers_node(ray_session, tmp_path, caplog):
+    import logging
+    from types import SimpleNamespace
+
+    from craftrl.train.trainer import reader_actors
+
+    ray = ray_session
+    settings = BufferSettings(max_chunks=4, store=StoreSettings(path=str(tmp_path / "db"), num_shards=1,
+                                                                max_fragment_bytes=1 << 16))
+    buffer = start_replay_buffer(settings, name=f"replay-{uuid.uuid4().hex[:8]}")
+    try:
+        assert ray.get(buffer.node_id.remote()) == ray.get_runtime_context().get_node_id()
+        assert reader_actors(0, buffer) == 0, "same node: read in this process"
+        assert reader_actors(3, buffer) == 3
+    finally:
+        ray.kill(buffer)
+    # a buffer on another node (a simulated cluster is tests/reliability/test_multinode.py's business)
+    elsewhere = SimpleNamespace(node_id=SimpleNamespace(remote=lambda: ray.put("f" * 56)))
+    with caplog.at_level(logging.WARNING, logger="craftrl.train.trainer"):
+        assert reader_actors(0, elsewhere) == 1
+    assert "reading through 1 reader actor" in caplog.text

@@ -78,9 +78,10 @@ def test_local_mode_trains_publishes_and_checkpoints(ray_session, tmp_path):
 
 
 def test_resume_latest_continues_the_counters(ray_session, tmp_path):
-    run(ray_session, tmp_path, tiny_config(tmp_path, num_iterations=2))
+    """Also the in-process reading of the store (num_readers 0) that the default config uses."""
+    run(ray_session, tmp_path, tiny_config(tmp_path, num_iterations=2, num_readers=0))
     (tmp_path / "metrics.jsonl").unlink()
-    _, records = run(ray_session, tmp_path, tiny_config(tmp_path, num_iterations=4, resume="latest"))
+    _, records = run(ray_session, tmp_path, tiny_config(tmp_path, num_iterations=4, resume="latest", num_readers=0))
     assert [r["train/iteration"] for r in records] == [3.0, 4.0]
     assert [r["train/version"] for r in records] == [3.0, 4.0]
 
