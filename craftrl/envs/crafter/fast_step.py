@@ -43,8 +43,7 @@ operations:
   This relies on Crafter's objects moving only themselves, so it is used only for objects whose class
   is one of Crafter's own with Crafter's own ``update``; on any other object, or should the player
   move more than one tile, the rest of the step falls back to Crafter's loop over the snapshot taken at
-  the start of the step, so the result stays Crafter's. Everything else in ``Env.step`` is Crafter's
-  code, unchanged;
+  the start of the step, so the result stays Crafter's;
 * in that loop, a cow (exactly Crafter's ``Cow``) is updated by ``_cow_update``: Crafter's update with the
   same draws from ``world.random`` (``random_sample`` for ``uniform``: the same double) and its move done
   on Python ints. On the cows task, where about 13 cows are updated per step, this took a Crafter step
@@ -54,6 +53,8 @@ operations:
   otherwise Crafter's code with the same draws: a cows-task step 727 -> 677 us CPU (median of 8 interleaved
   rounds of 1500 steps). It is used when the env's class has Crafter's own
   ``_balance_chunk`` and ``_balance_object``.
+
+Everything else in ``Env.step`` is Crafter's code, unchanged.
 
 The caches are per renderer instance (in its ``__dict__``), plain data that pickles with the env.
 
