@@ -131,12 +131,18 @@ def test_chunked_equals_stepwise_with_mid_chunk_starts_and_memory_rollover(small
     assert chunked_vs_stepwise_max_diff(small_vpt, _images(batch, time), first, state) <= 1e-5
 
 
-def test_episode_start_erases_memory_and_rows_are_independent(small_vpt):
+def _two_pasts_one_new_episode() -> tuple[dict, dict, torch.Tensor]:
+    """Two image sequences that differ in their first 3 steps only, and ``first`` starting an episode at step 3."""
     images = _images(2, 6)
     other = _images(2, 6, seed=9)
     other["image"][:, 3:] = images["image"][:, 3:]
     first = torch.zeros(2, 6, dtype=torch.bool)
     first[:, 3] = True
+    return images, other, first
+
+
+def test_episode_start_erases_memory_and_rows_are_independent(small_vpt):
+    images, other, first = _two_pasts_one_new_episode()
     with torch.no_grad():
         a, _ = small_vpt(input=images, state_in=small_vpt.initial_state(2), first=first)
         b, _ = small_vpt(input=other, state_in=small_vpt.initial_state(2), first=first)
@@ -151,11 +157,7 @@ def test_episode_start_erases_memory_and_rows_are_independent(small_vpt):
 def test_attention_runs_under_autocast_and_still_masks_other_episodes(small_vpt, dtype):
     """``use_amp`` (fp16) and ``cpu_bf16`` run the policy under autocast. Its attention scores must stay float32:
     in fp16 the mask value overflowed (the learner crashed on a GPU)."""
-    images = _images(2, 6)
-    other = _images(2, 6, seed=9)
-    other["image"][:, 3:] = images["image"][:, 3:]
-    first = torch.zeros(2, 6, dtype=torch.bool)
-    first[:, 3] = True
+    images, other, first = _two_pasts_one_new_episode()
     with torch.no_grad():
         exact, _ = small_vpt(input=images, state_in=small_vpt.initial_state(2), first=first)
         with torch.autocast("cpu", dtype=dtype):
