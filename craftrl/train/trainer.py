@@ -115,7 +115,7 @@ class _Run:
             saved = self.state.extra.get("entropy_coef", train.entropy_bonus_coef)
             self.learner.entropy_coef = min(max(saved, train.entropy_bonus_coef), train.entropy_coef_max)
         if resumed and train.resume_optimizer and self._payload.get("optimizer"):
-            self.learner.optimizer.load_state_dict(self._payload["optimizer"])
+            self.learner.load_optimizer_state(self._payload["optimizer"])
             if self._payload.get("scaler"):
                 self.learner.scaler.load_state_dict(self._payload["scaler"])
         self.generator = torch.Generator().manual_seed(self.online.seed * 7919 + self.rank + self.state.iteration)

@@ -348,6 +348,39 @@ def test_checkpoint_round_trip_restores_everything(tmp_path):
     torch.testing.assert_close(torch.rand(3), expected_random)
 
 
+def test_the_optimiser_is_fused_and_resumes_the_unfused_optimisers_checkpoints():
+    """Checkpoints written before the optimiser was fused hold the per-tensor AdamW's state; a fused learner
+    must load them and continue with the same update."""
+    torch.manual_seed(5)
+    policy = mlp_policy_generator(obs_dim=4, num_actions=2)
+    config = train_config()
+    learner = PPOLearner(policy, config, torch.device("cpu"))
+    fused = learner.optimizer
+    assert fused.defaults["fused"] is True
+
+    old_policy = copy.deepcopy(policy)
+    old = torch.optim.AdamW(old_policy.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay,
+                            eps=config.adam_eps)
+    gradients = [[torch.randn_like(p) for p in policy.parameters()] for _ in range(6)]
+
+    def step(optimizer, parameters, grads):
+        for parameter, grad in zip(parameters, grads):
+            parameter.grad = grad.clone()
+        optimizer.step()
+
+    for grads in gradients[:3]:
+        step(old, list(old_policy.parameters()), grads)
+    policy.load_state_dict(old_policy.state_dict())
+    learner.load_optimizer_state(copy.deepcopy(old.state_dict()))  # as from a file: no tensors shared with `old`
+    assert fused.param_groups[0]["fused"] is True  # the saved groups said None
+    for grads in gradients[3:]:
+        step(old, list(old_policy.parameters()), grads)
+        step(fused, list(policy.parameters()), grads)
+    moved = max(float((a - b).abs().max()) for a, b in zip(policy.parameters(), old_policy.parameters()))
+    assert moved < 1e-6
+    assert all(float(state["step"]) == 6 for state in fused.state.values())
+
+
 def test_retention_keeps_multiples_of_keep_interval_and_the_newest():
     assert checkpoints_to_delete([10, 20, 30, 40, 50, 60, 70, 80, 90], keep_interval=40, keep_last=3) == \
         [10, 20, 30, 50, 60]
