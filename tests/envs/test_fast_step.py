@@ -16,7 +16,7 @@ from craftrl.envs.crafter import fast_step, fast_worldgen
 SEEDS = (0, 1, 7, 2024)
 ACTIONS = {name: index for index, name in enumerate(constants.actions)}
 PATCHED = [(engine.LocalView, "__call__"), (engine.ItemView, "__call__"), (engine.SemanticView, "__call__"),
-           (crafter_env.Env, "step")]
+           (crafter_env.Env, "step"), (crafter_env.Env, "render")]
 
 
 @pytest.fixture
@@ -78,6 +78,9 @@ class _Pair:
         _use(True)
         result_fast = getattr(self.fast, method)(*args)
         assert _same(result_slow, result_fast), f"{method}{args} differs at step {self.slow._step}"
+        frame = result_fast[0] if method == "step" else result_fast
+        if isinstance(frame, np.ndarray):  # the drop-in render lays frames out row-major; Crafter does not
+            assert frame.flags.c_contiguous, f"{method}{args}: frame strides {frame.strides}"
         _assert_same_state(self.slow, self.fast)
         return result_slow
 

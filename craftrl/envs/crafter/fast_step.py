@@ -56,9 +56,13 @@ operations:
 
 Everything else in ``Env.step`` is Crafter's code, unchanged.
 
+``Env.render`` is replaced too, for the layout of its result rather than its speed: Crafter returns a
+transposed view of a (width, height) canvas, the drop-in the same pixels in a row-major (height, width)
+array (``_env_render``), so consumers downstream (inference, fragment encoding) read contiguous frames.
+
 The caches are per renderer instance (in its ``__dict__``), plain data that pickles with the env.
 
-``install()`` patches the four methods on crafter's classes (process-local, idempotent); it first
+``install()`` patches these five methods on crafter's classes (process-local, idempotent); it first
 checks that the installed crafter's versions of the code it replaces and relies on are the ones it was
 written against (crafter 1.8.3) and refuses with ``RuntimeError`` otherwise. ``uninstall()`` restores
 them. tests/envs/test_fast_step.py compares patched and unpatched envs step by step.
@@ -523,6 +527,27 @@ def _balance_object(env: Any, chunk: tuple, objs: set, cls: type, material: str,
             world.remove(obj)
 
 
+def _env_render(self, size=None):
+    """Drop-in for ``crafter.Env.render``: the same pixels, laid out in row-major (C) order.
+
+    Crafter fills a (width, height) canvas and returns its transposed view, so every frame left the env as
+    a strided array, and each consumer paid for the transpose again: encoding a 32-step fragment gathered it
+    in ~1 ms and batched inference ran ~0.15 ms slower per group of 8 (about 50 us per env step in all, in
+    the rollout worker). Writing the transposed views straight into an (height, width) canvas costs ~10 us
+    more here than Crafter's render. The local view is float64 until this assignment, as in Crafter."""
+    size = size or self._size
+    unit = size // self._view
+    local_view = self._local_view(self._player, unit)
+    item_view = self._item_view(self._player.inventory, unit)
+    x, y = (size - (size // self._view) * self._view) // 2
+    width, local_height = local_view.shape[:2]
+    item_height = item_view.shape[1]
+    canvas = np.zeros((size[1], size[0], 3), np.uint8)
+    canvas[y:y + local_height, x:x + width] = local_view.transpose(1, 0, 2)
+    canvas[y + local_height:y + local_height + item_height, x:x + width] = item_view.transpose(1, 0, 2)
+    return canvas
+
+
 def _env_step(self, action):
     """Drop-in for ``crafter.Env.step`` (crafter 1.8.3): the object loop is ``_update_objects``."""
     self._step += 1
@@ -572,6 +597,7 @@ _PATCHES: dict[tuple[str, str, str], Callable] = {
     ("crafter.engine", "ItemView", "__call__"): _item_view_call,
     ("crafter.engine", "SemanticView", "__call__"): _semantic_view_call,
     ("crafter.env", "Env", "step"): _env_step,
+    ("crafter.env", "Env", "render"): _env_render,
 }
 
 # SHA-256 (first 16 hex digits) of crafter 1.8.3's source of the code replaced above and of the code
@@ -582,6 +608,7 @@ _REFERENCE_SOURCES = {
     "engine.ItemView.__call__": "0b0a83ed7ae8fff5",
     "engine.SemanticView.__call__": "acb055d9999ec60e",
     "env.Env.step": "854cce6a1fb41be6",
+    "env.Env.render": "c38369e2b91b7950",
     "engine.World.add": "71e03b9ec6f267b5",
     "engine.World.remove": "f5cda0035a2da66e",
     "engine.World.move": "191e8662cb1914e6",
@@ -671,7 +698,7 @@ def _class(module: str, cls: str) -> type:
 
 
 def install() -> None:
-    """Patch crafter's ``LocalView``, ``ItemView``, ``SemanticView`` and ``Env.step`` with the exact
+    """Patch crafter's ``LocalView``, ``ItemView``, ``SemanticView``, ``Env.step`` and ``Env.render`` with the exact
     drop-ins of this module. Idempotent and process-local; raises ``RuntimeError`` (and patches
     nothing) if the installed crafter's code is not the code the drop-ins reproduce."""
     global _crafter_env
