@@ -154,22 +154,34 @@ class RolloutWorker:
         try:
             while not self._stop.is_set():
                 try:
-                    fragment = self.send_queue.get(timeout=0.5)
+                    batch = [self.send_queue.get(timeout=0.5)]
                 except queue.Empty:
                     continue
+                batch += self._take_waiting()
                 started = time.monotonic()
                 while not self._stop.is_set():
                     try:
-                        self.sink.send(fragment)
-                        self.sent += 1
+                        self.sink.send(batch)
+                        self.sent += len(batch)
                         break
                     except ray.exceptions.RayActorError:
-                        self.send_failures += 1  # the sink is being recreated: keep the fragment, retry
+                        self.send_failures += 1  # the sink is being recreated: keep the fragments, retry
                         time.sleep(1.0)
-                self.send_queue.task_done()
+                for _ in batch:
+                    self.send_queue.task_done()
                 self.send_seconds += time.monotonic() - started
         finally:
             self.sink.close()
+
+    def _take_waiting(self) -> list[Fragment]:
+        """The fragments already queued behind the one just taken (a group's envs end fragments together)."""
+        waiting = []
+        while len(waiting) < self.send_queue.maxsize:
+            try:
+                waiting.append(self.send_queue.get_nowait())
+            except queue.Empty:
+                break
+        return waiting
 
     def _report_episode(self, record: EpisodeRecord) -> None:
         if self.statistics is not None:

@@ -1,7 +1,8 @@
 """Where a rollout worker's sender thread delivers fragments.
 
 A sink is built in the manager, pickled into the worker actor, and ``open``-ed inside the sender thread
-(an LMDB writer holds handles that cannot be pickled or shared across threads).
+(an LMDB writer holds handles that cannot be pickled or shared across threads). ``send`` takes the fragments
+that were waiting together in the worker's send queue, oldest first, so a sink can deliver them in one call.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from craftrl.rollout.fragment import Fragment
 
 class FragmentSink(Protocol):
     def open(self) -> None: ...
-    def send(self, fragment: Fragment) -> None: ...
+    def send(self, fragments: list[Fragment]) -> None: ...
     def close(self) -> None: ...
 
 
@@ -26,10 +27,11 @@ class ActorSink:
     def open(self) -> None:
         pass
 
-    def send(self, fragment: Fragment) -> None:
+    def send(self, fragments: list[Fragment]) -> None:
         import ray
 
-        ray.get(self.handle.add_fragment.remote(fragment))
+        for fragment in fragments:
+            ray.get(self.handle.add_fragment.remote(fragment))
 
     def close(self) -> None:
         pass
@@ -47,10 +49,10 @@ class ReplayBufferSink:
 
         self._writer = ReplayWriter(self.buffer)
 
-    def send(self, fragment: Fragment) -> None:
+    def send(self, fragments: list[Fragment]) -> None:
         if self._writer is None:
             self.open()
-        self._writer.add_fragment(fragment)
+        self._writer.add_fragments(fragments)
 
     def close(self) -> None:
         if self._writer is not None:

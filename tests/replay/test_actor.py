@@ -72,6 +72,36 @@ def test_write_sample_read_version_and_corruption_through_the_actor(ray_session,
     ray.kill(buffer)
 
 
+def test_a_batch_of_fragments_is_registered_in_one_call_in_its_order(ray_session, tmp_path, make_fragment):
+    """Consecutive fragments of one env in one batch must all be accepted: the buffer refuses an index that
+    arrives after a later one of the same env, so a batch registered out of order would lose fragments."""
+    ray = ray_session
+    settings = BufferSettings(max_chunks=8, max_reuse=1, max_staleness=4, fragments_per_report=100,
+                              store=StoreSettings(path=str(tmp_path / "db"), num_shards=2,
+                                                  max_fragment_bytes=1 << 16))
+    name = f"replay-{uuid.uuid4().hex[:8]}"
+    buffer = start_replay_buffer(settings, name=name)
+    writer = ReplayWriter.connect(name)
+    calls = []
+    handle_method = writer._buffer.add_fragments
+
+    class CountingMethod:
+        def remote(self, metas):
+            calls.append([(m.env_id, m.index) for m in metas])
+            return handle_method.remote(metas)
+
+    writer._buffer = type("Handle", (), {"add_fragments": CountingMethod()})()
+    fragments = [make_fragment(env_id=env, index=index, seed=index) for index in range(3) for env in ("a", "b")]
+    metas = writer.add_fragments(fragments)
+    writer.flush()
+    assert calls == [[(f.env_id, f.index) for f in fragments]]
+    assert [(m.env_id, m.index) for m in metas] == calls[0]
+    counts = ray.get(buffer.accounting.remote())
+    assert counts["added"] == 6 and counts["in_chunks"] == 6, counts
+    writer.close()
+    ray.kill(buffer)
+
+
 def test_num_readers_zero_reads_in_the_trainer_process_only_on_the_buffers_node(ray_session, tmp_path, caplog):
     import logging
     from types import SimpleNamespace
