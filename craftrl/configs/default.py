@@ -59,10 +59,10 @@ defaults (docs/config.md). Choices, each measured on 2 cores (BENCHMARKS.md, "Le
   but no aggregate was worse. Low lambdas had levelled off at 1.5-2 cows under whole-batch updates (third
   session); with the minibatch phase and ``target_kl`` they kept climbing (lambda 0.65, two runs: 3 cows after
   117k and 137k);
-* zstd level 1 for stored fragments instead of 3: on fragments of a training run of this task (which compress
-  less well than the 256-step random-action fragments of ``bench/replay_bytes.py``: 9 % of raw at level 3) level 3 took 2.6 ms per 32-step fragment
-  for 23 % of the raw bytes, level 1 1.4 ms for 25 %; the rollout worker encodes every fragment, and the
-  replay is a short FIFO, so CPU matters more than the 8 % more bytes;
+* zstd level 1 for stored fragments instead of 3: on fragments of a training run of this task, level 3 took
+  2.6 ms per 32-step fragment for 23 % of the raw bytes, level 1 1.4 ms for 25 % (they compress less well
+  than the 256-step random-action fragments of ``bench/replay_bytes.py``, 9 % at level 3). The rollout worker
+  encodes every fragment and the replay is a short FIFO, so its CPU matters more than 8 % more bytes;
 * for a sparse +1-per-cow reward: raw-return values (``use_normalized_vf`` off) and an advantage std floor of 0.1,
   so iterations without any reward do not turn value noise into policy updates (docs/training.md, "Sparse rewards").
 """

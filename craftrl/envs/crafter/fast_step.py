@@ -698,8 +698,8 @@ def _class(module: str, cls: str) -> type:
 
 
 def install() -> None:
-    """Patch crafter's ``LocalView``, ``ItemView``, ``SemanticView``, ``Env.step`` and ``Env.render`` with the exact
-    drop-ins of this module. Idempotent and process-local; raises ``RuntimeError`` (and patches
+    """Patch crafter's ``LocalView``, ``ItemView``, ``SemanticView``, ``Env.step`` and ``Env.render`` with the
+    exact drop-ins of this module. Idempotent and process-local; raises ``RuntimeError`` (and patches
     nothing) if the installed crafter's code is not the code the drop-ins reproduce."""
     global _crafter_env
     if is_installed():
