@@ -1,8 +1,8 @@
 """Contract checks reusable by anyone writing a policy (the built-in tests and ``craftrl train``'s preflight).
 
 The central property: a chunked forward over ``T`` steps equals ``T`` single-step calls with the state
-carried, including episode starts in the middle. If it fails, trainer re-evaluation of stored fragments
-does not reproduce what the behaviour policy computed.
+carried, including episode starts in the middle, up to float rounding (``chunked_vs_stepwise_mismatch``). If it
+fails, trainer re-evaluation of stored fragments does not reproduce what the behaviour policy computed.
 
 The shape checks (``check_policy_members``, ``check_forward_outputs``, ``check_act_result``) exist because a
 policy that returns a wrong shape otherwise fails far from its cause -- inside a Ray actor, or silently by
@@ -104,10 +104,45 @@ def _cat_time(trees):
     return torch.cat(trees, dim=1)
 
 
+# Two float32 computations of the same quantity that differ only in the order of their operations (a chunked call
+# against step-by-step calls, another batch size, another kernel) drift apart by rounding alone. Summing K terms in
+# another order moves the result by up to about K units of float32's precision (eps = 2**-23) of the terms'
+# magnitude, typically sqrt(K); the built-in policies sum at most a few thousand terms per output through a handful
+# of layers and recurrent steps. 1024 units of eps at the compared tensor's largest magnitude (1.2e-4 of it) leave
+# room for any CPU's or GPU's kernels while a logic error -- a state not reset at an episode start, an off-by-one in
+# time -- moves the outputs by thousands to millions of such units (tests/policies measure both).
+REORDERING_ULPS = 1024
+
+
+def mismatch_ulps(actual: torch.Tensor, expected: torch.Tensor, precision: torch.dtype | None = None) -> float:
+    """Largest ``|actual - expected|`` in units of ``precision``'s eps at ``expected``'s largest magnitude.
+
+    ``precision`` is the dtype the two were computed in (default: the less precise of the two tensors' dtypes).
+    Scaling by the tensor's largest magnitude rather than by each element keeps an element that is near zero
+    by cancellation from counting as a large relative error. Bool tensors compare exactly (``inf`` if not).
+    """
+    if actual.shape != expected.shape:
+        raise AssertionError(f"shape mismatch: {tuple(actual.shape)} vs {tuple(expected.shape)}")
+    if not expected.is_floating_point():
+        return 0.0 if torch.equal(actual.cpu(), expected.cpu()) else float("inf")
+    if precision is None:
+        precision = min(actual.dtype, expected.dtype, key=lambda dtype: torch.finfo(dtype).bits)
+    actual, expected = actual.detach().double().cpu(), expected.detach().double().cpu()
+    diff = float((actual - expected).abs().max()) if actual.numel() else 0.0
+    if diff == 0.0:
+        return 0.0
+    scale = float(expected.abs().max()) or float(actual.abs().max())
+    return diff / (torch.finfo(precision).eps * scale)
+
+
 @torch.no_grad()
-def chunked_vs_stepwise_max_diff(policy: Policy, inputs: dict[str, torch.Tensor], first: torch.Tensor,
-                                 state_in=None) -> float:
-    """Largest absolute difference over logits, values and final state between the two execution modes."""
+def chunked_vs_stepwise_mismatch(policy: Policy, inputs: dict[str, torch.Tensor], first: torch.Tensor,
+                                 state_in=None) -> dict[str, float]:
+    """Per output (``pi_logits``, each ``pi_logits`` key, ``vpred``, each state leaf), the mismatch between one
+    chunked call over ``T`` steps and ``T`` single-step calls with the state carried, in :func:`mismatch_ulps`.
+
+    A policy honours the contract when every value is at most :data:`REORDERING_ULPS`.
+    """
     batch, time = first.shape
     state_in = policy.initial_state(batch) if state_in is None else state_in
     chunk_latents, chunk_state = policy(input=inputs, state_in=state_in, first=first)
@@ -118,15 +153,19 @@ def chunked_vs_stepwise_max_diff(policy: Policy, inputs: dict[str, torch.Tensor]
         step_logits.append(latents["pi_logits"])
         step_values.append(latents["vpred"])
 
-    pairs = list(zip(tree_leaves(chunk_latents["pi_logits"]), tree_leaves(_cat_time(step_logits))))
-    pairs.append((chunk_latents["vpred"], torch.cat(step_values, dim=1)))
-    pairs += list(zip(tree_leaves(chunk_state), tree_leaves(state)))
-    worst = 0.0
-    for chunked, stepped in pairs:
-        if chunked.shape != stepped.shape:
-            raise AssertionError(f"shape mismatch: chunked {tuple(chunked.shape)} vs step {tuple(stepped.shape)}")
-        if chunked.dtype == torch.bool:
-            worst = max(worst, float((chunked != stepped).any()))
-        else:
-            worst = max(worst, float((chunked.float() - stepped.float()).abs().max()))
-    return worst
+    named = list(zip(_leaf_names("pi_logits", chunk_latents["pi_logits"]), tree_leaves(chunk_latents["pi_logits"]),
+                     tree_leaves(_cat_time(step_logits))))
+    named.append(("vpred", chunk_latents["vpred"], torch.cat(step_values, dim=1)))
+    named += list(zip(_leaf_names("state", chunk_state), tree_leaves(chunk_state), tree_leaves(state)))
+    return {name: mismatch_ulps(chunked, stepped) for name, chunked, stepped in named}
+
+
+def _leaf_names(prefix: str, tree) -> list[str]:
+    """Names of ``tree``'s leaves in ``tree_leaves`` order: ``prefix[key][...]``."""
+    if tree is None:
+        return []
+    if isinstance(tree, dict):
+        return [name for key, value in tree.items() for name in _leaf_names(f"{prefix}[{key!r}]", value)]
+    if isinstance(tree, (list, tuple)):
+        return [name for index, value in enumerate(tree) for name in _leaf_names(f"{prefix}[{index}]", value)]
+    return [prefix]
