@@ -68,7 +68,8 @@ def start_trainer(policy_generator: Callable[[], Any], env_generator: Callable[[
     from craftrl.config.loading import config_to_dict
     from craftrl.ray_bootstrap import ray_init
     from craftrl.run_dir import RunDirectory
-    from craftrl.train.trainer import METRICS_NAME, run_trainer
+    from craftrl.system import METRICS, find
+    from craftrl.train.trainer import run_trainer
 
     config = _absolute_paths(_validated(policy_generator, env_generator, online_cfg))
     if whole_config is not None and not isinstance(whole_config, str):
@@ -80,9 +81,7 @@ def start_trainer(policy_generator: Callable[[], Any], env_generator: Callable[[
         directory = RunDirectory.create(config.output_root, config.logger_config.name)
         directory.save_config(config, whole_config or "", "config.py")
         run_dir = str(directory.root)
-    try:
-        ray.get_actor(METRICS_NAME)
-    except ValueError:
+    if find(METRICS) is None:
         start_metrics_sink(run_dir, config)
     return run_trainer(policy_generator, config_to_dict(config), storage_path=str(Path(run_dir) / "ray_train"))
 
@@ -96,9 +95,10 @@ def start_metrics_sink(run_dir: str, config: OnlineConfig, console: bool = True)
 
     from craftrl.config.loading import config_to_dict
     from craftrl.metrics import MetricsSink
-    from craftrl.train.trainer import METRICS_NAME
+    from craftrl.system import METRICS, on_home_node
 
-    sink = ray.remote(MetricsSink).options(name=METRICS_NAME, num_cpus=0).remote(
+    # on the driver's node, so metrics.jsonl and TensorBoard files land in the driver's run directory
+    sink = ray.remote(MetricsSink).options(name=METRICS, num_cpus=0, **on_home_node()).remote(
         run_dir, config.logger_config, config_to_dict(config), console)
     ray.get(sink.ready.remote())  # surfaces a sink start-up error (e.g. wandb) here
     _METRICS_SINKS[:] = [sink]  # a non-detached named actor dies with its creator's last handle

@@ -235,6 +235,14 @@ class MetricsSink:
         for record in records:
             self._episodes.write(record, step, wall_time)
 
+    def save_file(self, path: str, data: bytes) -> None:
+        """Write a file a process on another node produced (an episode video) onto this node's disk."""
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(target.name + ".part")
+        partial.write_bytes(data)
+        partial.replace(target)
+
     def close(self) -> None:
         self._logger.close()
         if self._episodes is not None:

@@ -108,6 +108,12 @@ def ray_init(config: OnlineConfig | None = None, address: str | None = None, *,
             ray.init(address=address, namespace="craftrl", **ray_kwargs)
         except ConnectionError as error:
             raise ClusterResourceError(f"cannot connect to the Ray cluster at {address!r}: {error}") from None
+        except ray.exceptions.AuthenticationError:
+            raise ClusterResourceError(
+                f"the Ray cluster at {address!r} refused this driver's authentication (RAY_AUTH_MODE="
+                f"{os.environ.get('RAY_AUTH_MODE')}): a cluster started with `ray start --head` needs "
+                "RAY_AUTH_MODE=token and its token on this machine (~/.ray/auth_token as on the head, RAY_AUTH_TOKEN_PATH or "
+                "RAY_AUTH_TOKEN); see docs/cluster.md") from None
         resources = ray.cluster_resources()
         try:
             check_cluster_resources(config, resources)

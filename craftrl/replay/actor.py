@@ -1,9 +1,11 @@
 """The named Ray actor that owns the buffer's index: a thin async shell around :class:`BufferPolicy`.
 
-Fragment payloads never pass through it: writers put records into the LMDB store themselves and send only
-:class:`FragmentMeta`; readers get :class:`ChunkDescriptor` ids and read the store themselves. The actor does
-the bookkeeping, waits for enough fresh chunks, and deletes records that nobody will read again, on a
-background thread so the event loop never blocks on disk (MineStudio deleted synchronously in ``__del__``).
+Writers on the store's node put records into the LMDB store themselves and send only :class:`FragmentMeta`;
+writers on other nodes send the encoded records along (``write_fragments``), which the actor stores on a
+background thread before registering them. Readers get :class:`ChunkDescriptor` ids and read the store
+themselves. The actor does the bookkeeping, waits for enough fresh chunks, and deletes records that nobody will
+read again, also on a background thread, so the event loop never blocks on disk (MineStudio deleted
+synchronously in ``__del__``).
 
 At start it clears the store at ``database_config.path`` (see :mod:`craftrl.replay.store` for why). When its
 process dies (killed, out of memory) Ray restarts it (``max_restarts=-1``) and retries the calls it had not
@@ -24,8 +26,7 @@ from craftrl.replay.config import BufferSettings
 from craftrl.replay.journal import JournaledPolicy
 from craftrl.replay.policy import BufferPolicy, ChunkDescriptor, FragmentMeta
 from craftrl.replay.store import FragmentStore, StoreLayout, create_store, read_layout
-
-DEFAULT_NAME = "replay_buffer"
+from craftrl.system import REPLAY_BUFFER, current_node_id
 logger = logging.getLogger(__name__)
 
 
@@ -45,10 +46,13 @@ class ReplayBufferActor:
                            self._policy.policy.num_chunks, counts["added"], self._layout.path)
         else:
             self._layout = create_store(store.path, store.num_shards, settings.max_live_fragments,
-                                        store.max_fragment_bytes, store.compression_level)
+                                        store.max_fragment_bytes, store.compression_level, current_node_id())
             self._store = FragmentStore(self._layout)
             self._policy = JournaledPolicy.create(BufferPolicy.from_settings(settings), self._layout.path)
         self._deleter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="replay-delete")
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="replay-write")
+        self.remote_records_written = 0
+        self.remote_bytes_written = 0
         self._pending_deletes: set[asyncio.Future] = set()
         self._changed: asyncio.Condition | None = None  # created on the actor's event loop
         self._report_clock = time.monotonic()
@@ -78,6 +82,20 @@ class ReplayBufferActor:
         self._delete_released()
         async with self._condition():
             self._condition().notify_all()
+
+    async def write_fragments(self, metas: Sequence[FragmentMeta], records: Sequence[bytes]) -> None:
+        """Store the records of a writer on another node, then register them (``records[i]`` is ``metas[i]``'s).
+
+        The records arrive through Ray's object store; the LMDB write runs on the writer thread, so sampling and
+        other registrations go on meanwhile. A retried call finds its records stored already and repeats nothing.
+        """
+        if len(metas) != len(records):
+            raise ValueError(f"write_fragments: {len(metas)} registrations for {len(records)} records")
+        items = [(meta.fragment_id, record) for meta, record in zip(metas, records)]
+        written = await asyncio.get_running_loop().run_in_executor(self._writer, self._store.put_new, items)
+        self.remote_records_written += written
+        self.remote_bytes_written += sum(len(record) for record in records)
+        await self.add_fragments(metas)
 
     async def sample_chunks(self, n_chunks: int, timeout_s: float = 600.0) -> list[ChunkDescriptor]:
         """``n_chunks`` distinct fresh chunks; wait for rollouts up to ``timeout_s``, then raise TimeoutError."""
@@ -148,6 +166,8 @@ class ReplayBufferActor:
         metrics = self._policy.policy.metrics(reset_window=reset_window)
         metrics["replay/restarts"] = float(self._policy.restarts)
         metrics["replay/duplicate_registrations"] = float(self._policy.duplicate_registrations)
+        metrics["replay/remote_fragments_written"] = float(self.remote_records_written)
+        metrics["replay/remote_bytes_written"] = float(self.remote_bytes_written)
         return metrics
 
     def _delete_released(self) -> None:
@@ -171,7 +191,7 @@ def _restarted_by_ray() -> bool:
     return ray.is_initialized() and ray.get_runtime_context().was_current_actor_reconstructed
 
 
-def start_replay_buffer(settings: BufferSettings, name: str = DEFAULT_NAME, num_cpus: float = 0.0,
+def start_replay_buffer(settings: BufferSettings, name: str = REPLAY_BUFFER, num_cpus: float = 0.0,
                         **options: Any):
     """Create the named buffer actor (it clears the store) and wait until it is ready; return its handle."""
     import ray

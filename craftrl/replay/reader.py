@@ -1,9 +1,9 @@
 """Trainer side: turn sampled chunk descriptors into fragments, reading the LMDB store directly.
 
 :class:`ChunkReader` reads in the calling process. :class:`ReaderPool` spreads reads over ``num_readers``
-Ray actors (``num_cpus_per_reader`` each) and keeps ``num_readers * (1 + prefetch_batches)`` chunk reads in
-flight; with ``num_readers=0`` it reads in the calling process (local mode, tests). Results come back in
-descriptor order, so a batch's composition does not depend on which reader finished first.
+Ray actors (``num_cpus_per_reader`` each, on the store's node) and keeps ``num_readers * (1 + prefetch_batches)``
+chunk reads in flight; with ``num_readers=0`` it reads in the calling process (local mode, tests). Results come
+back in descriptor order, so a batch's composition does not depend on which reader finished first.
 
 A chunk with an unreadable or missing record is not fatal: its :class:`ReadResult` carries the error and no
 fragments, and the pool tells the buffer (``report_corrupt``) so the chunk is never sampled again.
@@ -19,6 +19,7 @@ from craftrl.replay.codec import CorruptRecordError, decode_fragment
 from craftrl.replay.policy import ChunkDescriptor
 from craftrl.replay.store import FragmentStore, MissingRecordError, StoreLayout
 from craftrl.rollout.fragment import Fragment
+from craftrl.system import on_node
 
 
 @dataclass
@@ -68,8 +69,10 @@ class ReaderPool:
         self._buffer = buffer
         layout = layout if layout is not None else ray.get(buffer.layout.remote())
         self._local = ChunkReader(layout) if num_readers == 0 else None
+        # reader actors read the store, so they run on its node whatever node the trainer is on
+        placement = on_node(layout.node_id) if layout.node_id is not None else {}
         remote_reader = ray.remote(ChunkReader)
-        self._readers = [remote_reader.options(num_cpus=num_cpus_per_reader).remote(layout)
+        self._readers = [remote_reader.options(num_cpus=num_cpus_per_reader, **placement).remote(layout)
                          for _ in range(num_readers)]
         self._max_in_flight = max(1, num_readers) * (1 + prefetch_batches)
         self.failed_reads = 0

@@ -1,8 +1,11 @@
 """Sharded LMDB storage of encoded fragment records, keyed by a 64-bit fragment id.
 
 Several processes open the same store: rollout workers write, the buffer actor deletes, trainer readers read.
-LMDB allows that on one machine (one writer per shard at a time, readers never block). It does not work over
-network file systems, so ``path`` must be a local disk shared by those processes.
+LMDB allows that on one machine (one writer per shard at a time, readers never block). It does not work across
+machines, over a network file system or otherwise, so the store belongs to one Ray node: its manifest records
+that node, :func:`create_store` refuses a network file system, and opening the store from a process on another
+node is an error naming ``database_config.path``. Processes elsewhere reach the store through the buffer actor
+(:mod:`craftrl.replay.client`).
 
 What happens to an existing store: :func:`create_store` is called once per run by the buffer actor and
 *clears* it, because the index of chunks, reuse counts and versions belongs to one run (the actor journals it
@@ -23,7 +26,7 @@ import os
 import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Sequence
 
 import lmdb
 
@@ -51,6 +54,7 @@ class StoreLayout:
     num_shards: int
     map_size_per_shard: int
     compression_level: int = 3
+    node_id: str | None = None  # the Ray node whose disk holds the store; None outside Ray (tests, tools)
 
 
 def expected_store_bytes(max_fragments: int, max_fragment_bytes: int) -> int:
@@ -58,12 +62,19 @@ def expected_store_bytes(max_fragments: int, max_fragment_bytes: int) -> int:
 
 
 def create_store(path: str | os.PathLike, num_shards: int, max_fragments: int, max_fragment_bytes: int,
-                 compression_level: int = 3) -> StoreLayout:
-    """Clear any earlier store at ``path`` and lay out a fresh one sized for ``max_fragments`` records."""
+                 compression_level: int = 3, node_id: str | None = None) -> StoreLayout:
+    """Clear any earlier store at ``path`` and lay out a fresh one sized for ``max_fragments`` records.
+
+    ``node_id``: the Ray node creating it (the buffer actor's); only processes on that node may open it."""
     root = Path(path).expanduser().resolve()
     needed = expected_store_bytes(max_fragments, max_fragment_bytes)
     _clear_existing(root)
     root.mkdir(parents=True, exist_ok=True)
+    network = network_filesystem(root)
+    if network is not None:
+        raise ReplayStoreError(
+            f"database_config.path {root} is on a network file system ({network}); LMDB needs a disk local to the "
+            f"replay buffer's node: choose a local directory")
     free = shutil.disk_usage(root).free
     if needed > free:
         raise ReplayStoreError(
@@ -74,7 +85,7 @@ def create_store(path: str | os.PathLike, num_shards: int, max_fragments: int, m
         )
     per_shard = math.ceil(_MAP_SLACK * needed / num_shards) + 16 * _MIB
     per_shard = -(-per_shard // os.sysconf("SC_PAGE_SIZE")) * os.sysconf("SC_PAGE_SIZE")
-    layout = StoreLayout(str(root), num_shards, per_shard, compression_level)
+    layout = StoreLayout(str(root), num_shards, per_shard, compression_level, node_id)
     (root / MANIFEST).write_text(json.dumps(asdict(layout), indent=2))
     for shard in range(num_shards):
         lmdb.open(str(_shard_dir(root, shard)), map_size=per_shard, subdir=True).close()
@@ -86,6 +97,31 @@ def read_layout(path: str | os.PathLike) -> StoreLayout:
     if not manifest.is_file():
         raise ReplayStoreError(f"{manifest.parent} is not a replay store: {MANIFEST} is missing")
     return StoreLayout(**json.loads(manifest.read_text()))
+
+
+# File systems whose files other machines can open too: LMDB's locks and shared memory map do not reach them.
+NETWORK_FILESYSTEMS = frozenset({"nfs", "nfs4", "cifs", "smb3", "smbfs", "9p", "afs", "ceph", "glusterfs",
+                                 "fuse.glusterfs", "fuse.sshfs", "fuse.s3fs", "fuse.gcsfuse", "fuse.cephfs",
+                                 "lustre", "gpfs", "beegfs", "ocfs2", "gfs2", "virtiofs"})
+
+
+def network_filesystem(path: str | os.PathLike, mounts: str | None = None) -> str | None:
+    """The file system type under ``path`` when it is a network one (``mounts``: /proc/mounts' text), else None."""
+    if mounts is None:
+        try:
+            mounts = Path("/proc/mounts").read_text()
+        except OSError:  # not Linux: nothing to check against
+            return None
+    target, best, kind = str(Path(path).resolve()), "", None
+    for line in mounts.splitlines():
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        mount_point = fields[1].replace("\\040", " ")
+        inside = target == mount_point or target.startswith(mount_point.rstrip("/") + "/")
+        if inside and len(mount_point) >= len(best):
+            best, kind = mount_point, fields[2]
+    return kind if kind in NETWORK_FILESYSTEMS else None
 
 
 def _shard_dir(root: Path, shard: int) -> Path:
@@ -111,6 +147,12 @@ def _clear_existing(root: Path) -> None:
     leftovers = [c.name for c in root.iterdir()]
     if leftovers:
         raise ReplayStoreError(f"replay store path {root} holds unexpected files {leftovers}; not clearing them")
+
+
+def _current_node_id() -> str | None:
+    from craftrl.system import current_node_id
+
+    return current_node_id()
 
 
 def _key(fragment_id: int) -> bytes:
@@ -148,6 +190,12 @@ class FragmentStore:
     def __init__(self, layout: StoreLayout) -> None:
         self.layout = layout
         root = Path(layout.path)
+        here = _current_node_id()
+        if layout.node_id is not None and here is not None and here != layout.node_id:
+            raise ReplayStoreError(
+                f"database_config.path {root}: the replay store is on Ray node {layout.node_id[:8]}, and this "
+                f"process runs on node {here[:8]}; LMDB cannot be shared between machines, so only processes on "
+                f"the store's node open it (others send fragments through the replay buffer actor)")
         self._envs: list[lmdb.Environment] = []
         try:
             for shard in range(layout.num_shards):
@@ -176,6 +224,23 @@ class FragmentStore:
             ) from error
         except lmdb.Error as error:
             raise ReplayStoreError(f"cannot write fragment {fragment_id} to {self.layout.path}: {error}") from error
+
+    def put_new(self, records: Sequence[tuple[int, bytes]]) -> int:
+        """Store each ``(fragment_id, record)`` whose id is not there yet, one transaction per shard; return how
+        many were new. An id already present is a repeated write of the same record (a retried call)."""
+        by_shard: dict[int, list[tuple[int, bytes]]] = {}
+        for fragment_id, record in records:
+            by_shard.setdefault(fragment_id % len(self._envs), []).append((fragment_id, record))
+        written = 0
+        try:
+            for shard, items in by_shard.items():
+                with self._envs[shard].begin(write=True) as txn:
+                    written += sum(bool(txn.put(_key(i), record, overwrite=False)) for i, record in items)
+        except lmdb.MapFullError as error:
+            raise ReplayStoreError(
+                f"replay store shard {shard} is full ({self.layout.map_size_per_shard} bytes): fragments encode "
+                f"larger than database_config.max_fragment_bytes assumed; raise it") from error
+        return written
 
     def get(self, fragment_id: int) -> bytes:
         with self._env(fragment_id).begin() as txn:

@@ -5,8 +5,9 @@ Threads inside a worker actor (``max_concurrency`` lets Ray run its methods besi
 * the rollout thread runs ``RolloutLoop.step`` forever;
 * the sender thread drains the bounded send queue into the fragment sink (the replay buffer); when the
   sink is slow the queue fills and the rollout thread waits in ``put`` -- backpressure, never a drop;
-* Ray's method threads handle ``update_weights`` (fetches the weights, then queues them for the loop, which
-  swaps them between forward passes), ``request_video`` and ``status``.
+* the weights loader (:class:`craftrl.weights.NewestWeights`) fetches the newest offered weights and queues them
+  for the loop, which swaps them between forward passes;
+* Ray's method threads handle ``update_weights`` (an offer, never a fetch), ``request_video`` and ``status``.
 
 The manager checks its workers every ``health_interval`` seconds and recreates a dead or broken one
 (counted), handing it the latest weights so it does not act with stale ones. A worker that merely answers
@@ -34,6 +35,8 @@ from craftrl.config.validate import build_config
 from craftrl.rollout.fragment import Fragment
 from craftrl.rollout.video import video_filename, write_mp4_in_background
 from craftrl.rollout.worker import EpisodeRecord, RolloutLoop
+from craftrl.system import METRICS, current_node_id, find
+from craftrl.weights import NewestWeights
 
 logger = logging.getLogger(__name__)
 MAX_MISSED_STATUS = 3
@@ -52,7 +55,7 @@ class RolloutWorker:
 
     def __init__(self, worker_name: str, env_generator: Callable[[], Any], policy_generator: Callable[[], Any],
                  config: dict[str, Any], fragment_sink: Any, statistics: Any = None, seed: int | None = None,
-                 weights: tuple[int, Any] | None = None):
+                 weights: tuple[int, Any] | None = None, home_node: str | None = None):
         online: OnlineConfig = build_config(config)
         rollout, worker_cfg = online.rollout_config, online.rollout_config.worker_config
         self.name = worker_name
@@ -60,6 +63,9 @@ class RolloutWorker:
         self.statistics = statistics
         self.video_dir = Path(worker_cfg.video_output_dir)
         self.video_fps = worker_cfg.video_fps
+        self.node = current_node_id()
+        # the run directory is on the home node's disk: from elsewhere, videos travel to the metrics actor there
+        self.videos_travel = home_node is not None and self.node is not None and self.node != home_node
         self.device = rollout_device(rollout.num_gpus_per_worker)
         if rollout.num_cpus_per_worker >= 1:
             torch.set_num_threads(int(rollout.num_cpus_per_worker))
@@ -78,8 +84,10 @@ class RolloutWorker:
             on_video=self._write_video, discount=online.train_config.discount,
             step_timeout=worker_cfg.step_timeout, reset_timeout=worker_cfg.reset_timeout,
             restart_interval=worker_cfg.restart_interval, worker_name=worker_name, seed=seed)
-        if weights is not None:
+        self.weights = NewestWeights(self._load_weights)
+        if weights is not None:  # a recreated worker acts with the newest weights from its first step
             self.update_weights(*weights)
+            self.weights.wait_for(weights[0], timeout=300.0)
         self._threads = [threading.Thread(target=self._guard(self._rollout_forever), name="rollout", daemon=True),
                          threading.Thread(target=self._guard(self._send_forever), name="sender", daemon=True)]
         for thread in self._threads:
@@ -88,20 +96,22 @@ class RolloutWorker:
     # ------------------------------------------------------------------ actor methods
 
     def update_weights(self, version: int, refs: list[Any]) -> int:
-        """``refs`` is ``[ObjectRef]``, wrapped in a list so Ray does not resolve it in the manager."""
-        import ray
-
-        state_dict = ray.get(refs[0]) if not isinstance(refs[0], dict) else refs[0]
-        self.loop.set_weights(version, {k: v.to(self.device) for k, v in state_dict.items()})
+        """Offer ``refs`` (``[ObjectRef]``, wrapped so Ray does not resolve it in the manager); returns at once."""
+        self.weights.offer(version, refs)
         return version
+
+    def _load_weights(self, version: int, state_dict: dict[str, torch.Tensor]) -> None:
+        self.loop.set_weights(version, {k: v.to(self.device) for k, v in state_dict.items()})
 
     def request_video(self, label: dict[str, Any]) -> None:
         self.loop.request_video(label)
 
     def status(self) -> dict[str, Any]:
-        return {**self.loop.stats(), "name": self.name, "queue_fill": self.send_queue.qsize(),
+        return {**self.loop.stats(), "name": self.name, "node": self.node, "queue_fill": self.send_queue.qsize(),
                 "queue_size": self.send_queue.maxsize, "fragments_sent": self.sent,
                 "send_failures": self.send_failures, "send_s": self.send_seconds, "error": self.error,
+                "weights_fetches": self.weights.fetches, "weights_fetch_s": self.weights.fetch_seconds,
+                "weights_error": self.weights.error,
                 "alive": all(t.is_alive() for t in self._threads)}
 
     def stop(self, drain_timeout: float = 30.0) -> dict[str, Any]:
@@ -119,6 +129,7 @@ class RolloutWorker:
         self._stop.set()
         for thread in self._threads:
             thread.join(timeout=10)
+        self.weights.close()
         self.loop.close()
         status = self.status()
         status["fragments_dropped"] = status["fragments_emitted"] - status["fragments_sent"]
@@ -188,7 +199,14 @@ class RolloutWorker:
             self.statistics.report.remote(dataclasses.asdict(record))  # fire and forget
 
     def _write_video(self, label: dict[str, Any], frames: list[Any]) -> None:
-        write_mp4_in_background(self.video_dir / video_filename(label, self.name), frames, self.video_fps)
+        deliver = self._deliver_video if self.videos_travel else None
+        write_mp4_in_background(self.video_dir / video_filename(label, self.name), frames, self.video_fps, deliver)
+
+    @staticmethod
+    def _deliver_video(path: Path, data: bytes) -> None:
+        sink = find(METRICS)
+        if sink is not None:
+            sink.save_file.remote(str(path), data)  # fire and forget, like every other metric
 
 
 class RolloutManager:
@@ -353,7 +371,7 @@ class RolloutManager:
             resources=dict(rollout.resources_per_worker or {}), name=None)
         seed = self.online.seed * 1000 + index + 1000 * self.recreated
         return actor.remote(f"w{index}", self.env_generator, self.policy_generator, self.config, self.sink,
-                            self.statistics, seed, self.latest_weights)
+                            self.statistics, seed, self.latest_weights, home_node=current_node_id())
 
     def _watch(self) -> None:
         import ray

@@ -38,7 +38,8 @@ class ActorSink:
 
 
 class ReplayBufferSink:
-    """The replay buffer: the record goes straight into the LMDB store, only metadata to the actor."""
+    """The replay buffer: on the store's node the record goes straight into LMDB and only metadata to the actor;
+    elsewhere the records travel to the actor through Ray's object store (see ``craftrl.replay.client``)."""
 
     def __init__(self, buffer_handle: Any):
         self.buffer = buffer_handle

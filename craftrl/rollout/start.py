@@ -1,8 +1,8 @@
 """Starting the rollout side of a run: replay buffer, episode statistics and the rollout manager.
 
-All three are named actors in the ``craftrl`` namespace so the trainer (and a user's shell) can find them.
-They share one lifetime: detached when ``detach_rollout_manager`` (they outlive the driver), otherwise tied
-to it. Starting replaces any previous run's actors of the same names, deliberately: MineStudio reused a
+All three are named actors on the driver's node (:mod:`craftrl.system`), so the trainer (and a user's shell)
+can find them. They share one lifetime: detached when ``detach_rollout_manager`` (they outlive the driver),
+otherwise tied to it. Starting replaces any previous run's actors of the same names, deliberately: MineStudio reused a
 manager but crashed on the replay buffer that was still registered, and left the old env processes running.
 """
 
@@ -20,14 +20,12 @@ from craftrl.replay.config import buffer_settings_from
 from craftrl.rollout.actors import RolloutManager
 from craftrl.rollout.episode_stats import EpisodeStatistics
 from craftrl.rollout.sinks import ReplayBufferSink
+from craftrl.system import EPISODE_STATISTICS, REPLAY_BUFFER, ROLLOUT_MANAGER, find, on_home_node
 
 # A named actor that is not detached is destroyed when its creator drops the last handle, even while
 # other actors still use it through handles nested in their arguments. The driver keeps them here.
 _LIVE: list["RolloutHandles"] = []
 
-MANAGER_NAME = "rollout_manager"
-REPLAY_NAME = "replay_buffer"
-STATISTICS_NAME = "episode_statistics"
 REPLAY_FINAL_S = 10.0  # the replay buffer's final flush and accounting, even after a slow manager stop
 logger = logging.getLogger(__name__)
 
@@ -53,22 +51,18 @@ def stop_rollout_system(timeout: float = 75.0) -> dict[str, float] | None:
 
     accounting: dict[str, float] = {}
     deadline = time.monotonic() + timeout
-    handles = {}
-    for name in (MANAGER_NAME, STATISTICS_NAME, REPLAY_NAME):
-        try:
-            handles[name] = ray.get_actor(name)
-        except ValueError:
-            continue
+    handles = {name: find(name) for name in (ROLLOUT_MANAGER, EPISODE_STATISTICS, REPLAY_BUFFER)}
+    handles = {name: handle for name, handle in handles.items() if handle is not None}
     for name, handle in handles.items():
         started = time.monotonic()
         # the replay buffer's last flush and accounting always get a few seconds, whatever the manager took
-        remaining = max(deadline - started, REPLAY_FINAL_S if name == REPLAY_NAME else 1.0)
+        remaining = max(deadline - started, REPLAY_FINAL_S if name == REPLAY_BUFFER else 1.0)
         try:
-            if name == MANAGER_NAME:
+            if name == ROLLOUT_MANAGER:
                 # workers get the manager's share minus the time to collect their answers
                 totals = ray.get(handle.shutdown.remote(timeout=max(remaining - 10.0, 1.0)), timeout=remaining)
                 accounting.update({f"rollout/{key}": value for key, value in totals.items()})
-            elif name == REPLAY_NAME:
+            elif name == REPLAY_BUFFER:
                 ray.get(handle.flush_deletes.remote(), timeout=remaining)
                 accounting.update({f"replay/{k}": float(v) for k, v in ray.get(handle.accounting.remote(),
                                                                                timeout=remaining).items()})
@@ -112,13 +106,14 @@ def start_rollout_system(policy_generator: Callable[[], Any], env_generator: Cal
     stop_rollout_system()
     lifetime = "detached" if config.detach_rollout_manager else None
     buffer_cfg = config.rollout_config.replay_buffer_config
-    replay = start_replay_buffer(buffer_settings_from(buffer_cfg, seed=config.seed), name=REPLAY_NAME,
-                                 lifetime=lifetime)
+    home = on_home_node()
+    replay = start_replay_buffer(buffer_settings_from(buffer_cfg, seed=config.seed), name=REPLAY_BUFFER,
+                                 lifetime=lifetime, **home)
     moving_window = config.rollout_config.episode_statistics_config.moving_window
-    statistics = ray.remote(EpisodeStatistics).options(name=STATISTICS_NAME, num_cpus=0, lifetime=lifetime).remote(
-        moving_window)
-    manager = ray.remote(RolloutManager).options(name=MANAGER_NAME, num_cpus=0, max_concurrency=8,
-                                                 lifetime=lifetime).remote(
+    statistics = ray.remote(EpisodeStatistics).options(name=EPISODE_STATISTICS, num_cpus=0, lifetime=lifetime,
+                                                       **home).remote(moving_window)
+    manager = ray.remote(RolloutManager).options(name=ROLLOUT_MANAGER, num_cpus=0, max_concurrency=8,
+                                                 lifetime=lifetime, **home).remote(
         env_generator, policy_generator, config_to_dict(config), ReplayBufferSink(replay), statistics)
     ray.get(manager.start.remote())
     handles = RolloutHandles(manager, replay, statistics)

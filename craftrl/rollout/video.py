@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import re
+import tempfile
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -28,7 +29,17 @@ def write_mp4(path: Path, frames: list[np.ndarray], fps: int) -> Path:
     return path
 
 
-def write_mp4_in_background(path: Path, frames: list[np.ndarray], fps: int) -> threading.Thread:
-    thread = threading.Thread(target=write_mp4, args=(path, frames, fps), name="video-writer", daemon=True)
+def write_mp4_in_background(path: Path, frames: list[np.ndarray], fps: int,
+                            deliver: Callable[[Path, bytes], None] | None = None) -> threading.Thread:
+    """Encode ``frames`` to ``path`` on a thread; with ``deliver``, encode to a temporary file on this machine
+    and hand ``(path, mp4 bytes)`` to ``deliver`` instead (a worker whose disk is not the run directory's)."""
+    def encode() -> None:
+        if deliver is None:
+            write_mp4(path, frames, fps)
+            return
+        with tempfile.TemporaryDirectory(prefix="craftrl-video-") as scratch:
+            deliver(path, write_mp4(Path(scratch) / path.name, frames, fps).read_bytes())
+
+    thread = threading.Thread(target=encode, name="video-writer", daemon=True)
     thread.start()
     return thread

@@ -6,8 +6,8 @@ Per iteration, on every rank:
    and read them through the reader pool (records come straight from LMDB, not through the buffer actor);
 2. agree with the other ranks on how many fragments to use (a chunk that failed to read must not leave the
    ranks with different batch counts, which would hang DDP), then ``PPOLearner.iteration``;
-3. rank 0: publish ``(version, weights ref)`` to the rollout manager (not awaited), tell the buffer the new
-   version, request a video when due, log metrics, save a checkpoint when due.
+3. rank 0: publish the new weights (:mod:`craftrl.weights`, not awaited), tell the buffer the new version,
+   request a video when due, log metrics, save a checkpoint when due.
 
 One ``fit()`` per run because starting Ray Train costs 10-16 s (ray_and_deps.md §3); ``num_workers=0`` is Ray
 Train's local mode, which runs this same loop in the driver process.
@@ -28,9 +28,9 @@ from craftrl.config.validate import build_config
 from craftrl.train.checkpoint import (TrainingState, apply_retention, load_checkpoint, resolve_resume,
                                       restore_rng_state, save_checkpoint)
 from craftrl.train.learner import PPOLearner, all_reduce, distributed, zero_value_output
+from craftrl.weights import WeightPublisher
 
 logger = logging.getLogger(__name__)
-METRICS_NAME = "metrics"
 KEEP_LAST_CHECKPOINTS = 3
 DATA_TIMEOUT_S = 600.0  # how long the trainer waits for fresh chunks before giving up
 DATA_CHECK_S = 5.0  # while waiting, how often it asks the rollout manager whether any worker can still run
@@ -56,15 +56,6 @@ def reader_actors(num_readers: int, replay: Any) -> int:
     return 1
 
 
-def _named(name: str) -> Any:
-    import ray
-
-    try:
-        return ray.get_actor(name)
-    except ValueError:
-        return None
-
-
 def _device(num_gpus: float) -> torch.device:
     if num_gpus > 0 and torch.cuda.is_available():
         import ray.train.torch
@@ -82,7 +73,7 @@ class _Run:
 
         from craftrl.metrics import MetricsClient
         from craftrl.replay.reader import ReaderPool
-        from craftrl.rollout.start import MANAGER_NAME, REPLAY_NAME, STATISTICS_NAME
+        from craftrl.system import EPISODE_STATISTICS, METRICS, REPLAY_BUFFER, ROLLOUT_MANAGER, find
 
         self.online = build_config(loop_config["online"])
         self.config_yaml = config_to_yaml(self.online)
@@ -119,15 +110,16 @@ class _Run:
             if self._payload.get("scaler"):
                 self.learner.scaler.load_state_dict(self._payload["scaler"])
         self.generator = torch.Generator().manual_seed(self.online.seed * 7919 + self.rank + self.state.iteration)
-        self.replay = _named(REPLAY_NAME)
-        self.manager = _named(MANAGER_NAME)
-        self.statistics = _named(STATISTICS_NAME)
+        self.replay = find(REPLAY_BUFFER)
+        self.manager = find(ROLLOUT_MANAGER)
+        self.statistics = find(EPISODE_STATISTICS)
         if self.replay is None:
             raise RuntimeError("no replay buffer actor is running: call start_rolloutmanager before start_trainer")
         self.readers = ReaderPool(self.replay, num_readers=reader_actors(train.num_readers, self.replay),
                                   num_cpus_per_reader=train.num_cpus_per_reader,
                                   prefetch_batches=train.prefetch_batches)
-        sink = _named(METRICS_NAME)
+        self.publisher = WeightPublisher(self.manager) if self.rank == 0 else None
+        sink = find(METRICS)
         self.metrics = MetricsClient(sink) if sink is not None and self.rank == 0 else None
         self.started = time.monotonic()
         # A resumed run's counters continue from the checkpoint: the new rollout side counts from 0.
@@ -155,8 +147,6 @@ class _Run:
         return max(1, self.train.batch_size_per_gpu * self.train.batches_per_iteration // buffer.fragments_per_chunk)
 
     def fetch(self) -> list[Any]:
-        import ray
-
         descriptors = self._sample()
         fragments = [f for result in self.readers.read(descriptors) if result.ok for f in result.fragments]
         # Every rank must run the same number of batches or DDP's collectives hang: use the common minimum.
@@ -183,16 +173,11 @@ class _Run:
 
     def publish(self) -> float:
         """Rank 0: ship CPU weights to the rollout workers; returns the seconds it took (not awaited)."""
-        import ray
-
-        started = time.monotonic()
-        if self.rank == 0:
-            weights = {k: v.detach().cpu() for k, v in self.learner.policy.state_dict().items()}
-            reference = ray.put(weights)
-            if self.manager is not None:
-                self.manager.update_weights.remote(self.state.version, [reference])
-            self.replay.update_version.remote(self.state.version)
-        return time.monotonic() - started
+        if self.publisher is None:
+            return 0.0
+        seconds = self.publisher.publish(self.state.version, self.learner.policy.state_dict())
+        self.replay.update_version.remote(self.state.version)
+        return seconds
 
     def log(self, metrics: dict[str, float]) -> None:
         import ray

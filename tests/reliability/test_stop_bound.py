@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from craftrl.rollout.start import MANAGER_NAME, REPLAY_FINAL_S, REPLAY_NAME, stop_rollout_system
+from craftrl.rollout.start import REPLAY_FINAL_S, stop_rollout_system
+from craftrl.system import REPLAY_BUFFER, ROLLOUT_MANAGER
 
 pytestmark = pytest.mark.ray
 
@@ -35,8 +36,8 @@ class HungActor:
 def test_a_stop_kills_actors_that_never_answer_within_its_bound(ray_session):
     ray = ray_session
     hung = ray.remote(HungActor)
-    manager = hung.options(name=MANAGER_NAME, max_concurrency=4).remote()
-    replay = hung.options(name=REPLAY_NAME, max_concurrency=4).remote()
+    manager = hung.options(name=ROLLOUT_MANAGER, max_concurrency=4).remote()
+    replay = hung.options(name=REPLAY_BUFFER, max_concurrency=4).remote()
     ray.get([manager.ping.remote(), replay.ping.remote()])
 
     started = time.monotonic()
@@ -50,6 +51,6 @@ def test_a_stop_kills_actors_that_never_answer_within_its_bound(ray_session):
     for actor in (manager, replay):
         with pytest.raises(ray.exceptions.RayActorError):
             ray.get(actor.ping.remote(), timeout=30)
-    for name in (MANAGER_NAME, REPLAY_NAME):
+    for name in (ROLLOUT_MANAGER, REPLAY_BUFFER):
         with pytest.raises(ValueError):
             ray.get_actor(name)

@@ -123,3 +123,35 @@ def test_num_readers_zero_reads_in_the_trainer_process_only_on_the_buffers_node(
     with caplog.at_level(logging.WARNING, logger="craftrl.train.trainer"):
         assert reader_actors(0, elsewhere) == 1
     assert "reading through 1 reader actor" in caplog.text
+
+
+def test_a_writer_off_the_stores_node_sends_its_records_through_the_actor(ray_session, tmp_path, make_fragment):
+    """The path of a rollout worker on another node: no LMDB handle in the writer, the buffer actor stores the
+    records it is sent and registers them; a retried call stores and counts nothing twice."""
+    ray = ray_session
+    settings = BufferSettings(max_chunks=8, max_reuse=1, max_staleness=4, fragments_per_report=100,
+                              store=StoreSettings(path=str(tmp_path / "db"), num_shards=2,
+                                                  max_fragment_bytes=1 << 16))
+    name = f"replay-{uuid.uuid4().hex[:8]}"
+    buffer = start_replay_buffer(settings, name=name)
+    layout = ray.get(buffer.layout.remote())
+    assert layout.node_id == ray.get_runtime_context().get_node_id()
+    local = ReplayWriter.connect(name)
+    assert local.direct, "a writer on the store's node writes LMDB itself"
+    writer = ReplayWriter.connect(name, direct=False)
+    assert writer._store is None
+    fragments = [make_fragment(env_id=env, index=index, seed=index) for index in range(2) for env in ("a", "b")]
+    metas = writer.add_fragments(fragments)
+    writer.flush()
+    ray.get(buffer.write_fragments.remote(metas, [encode_fragment(f, layout.compression_level) for f in fragments]))
+    counts = ray.get(buffer.accounting.remote())
+    assert counts["added"] == 4 and counts["in_chunks"] == 4 and counts["store_records"] == 4, counts
+    assert ray.get(buffer.metrics.remote())["replay/duplicate_registrations"] == 4.0
+    descriptors = ray.get(buffer.sample_chunks.remote(4, timeout_s=5))
+    read = {(f.env_id, f.index): f for result in ReaderPool(buffer, num_readers=0).read(descriptors)
+            for f in result.fragments}
+    for fragment in fragments:
+        assert encode_fragment(read[(fragment.env_id, fragment.index)]) == encode_fragment(fragment)
+    writer.close()
+    local.close()
+    ray.kill(buffer)

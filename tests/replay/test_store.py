@@ -72,3 +72,47 @@ def test_opening_a_missing_store_names_the_manifest(tmp_path):
     shutil.rmtree(tmp_path)
     with pytest.raises(ReplayStoreError, match=MANIFEST):
         FragmentStore.open(tmp_path)
+
+
+MOUNTS = """\
+/dev/vda1 / ext4 rw,relatime 0 0
+server:/export /mnt/shared nfs4 rw,relatime 0 0
+tmpfs /mnt/shared/scratch tmpfs rw 0 0
+//host/share /mnt/my\\040share cifs rw 0 0
+"""
+
+
+@pytest.mark.parametrize("path, expected", [("/mnt/shared/runs/db", "nfs4"), ("/mnt/shared", "nfs4"),
+                                            ("/mnt/shared/scratch/db", None), ("/home/me/runs", None),
+                                            ("/mnt/sharedness/db", None), ("/mnt/my share/db", "cifs")])
+def test_network_file_systems_are_recognised_by_the_mount_under_the_path(path, expected):
+    assert store_module.network_filesystem(path, MOUNTS) == expected
+
+
+def test_a_store_on_a_network_file_system_is_refused_naming_the_key(tmp_path, monkeypatch):
+    monkeypatch.setattr(store_module, "network_filesystem", lambda path: "nfs4")
+    with pytest.raises(ReplayStoreError, match=r"^database_config.path .* is on a network file system \(nfs4\)"):
+        create_store(tmp_path / "db", num_shards=1, max_fragments=4, max_fragment_bytes=1024)
+
+
+def test_the_store_records_its_node_and_refuses_processes_on_other_nodes(tmp_path, monkeypatch):
+    layout = create_store(tmp_path / "db", num_shards=1, max_fragments=4, max_fragment_bytes=1024,
+                          node_id="a" * 56)
+    assert read_layout(tmp_path / "db").node_id == "a" * 56
+    monkeypatch.setattr(store_module, "_current_node_id", lambda: "a" * 56)
+    FragmentStore(layout).close()
+    monkeypatch.setattr(store_module, "_current_node_id", lambda: None)  # outside Ray: tools and tests open it
+    FragmentStore(layout).close()
+    monkeypatch.setattr(store_module, "_current_node_id", lambda: "b" * 56)
+    with pytest.raises(ReplayStoreError, match=r"^database_config.path .*: the replay store is on Ray node aaaaaaaa, "
+                                               r"and this process runs on node bbbbbbbb"):
+        FragmentStore(layout)
+
+
+def test_put_new_stores_each_record_once_and_keeps_what_is_there(tmp_path):
+    layout = create_store(tmp_path / "db", num_shards=2, max_fragments=8, max_fragment_bytes=1024)
+    with FragmentStore(layout) as store:
+        assert store.put_new([(1, b"one"), (2, b"two"), (3, b"three")]) == 3
+        assert store.put_new([(2, b"two"), (4, b"four")]) == 1  # a retried call repeats 2
+        assert store.put_new([(1, b"other")]) == 0
+        assert [store.get(i) for i in (1, 2, 3, 4)] == [b"one", b"two", b"three", b"four"]

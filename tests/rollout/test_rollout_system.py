@@ -11,8 +11,9 @@ import pytest
 from craftrl.config import build_config
 from craftrl.envs.testing import ScriptedEnv
 from craftrl.replay.reader import ChunkReader
-from craftrl.rollout.start import MANAGER_NAME, start_rollout_system, stop_rollout_system
+from craftrl.rollout.start import start_rollout_system, stop_rollout_system
 from craftrl.rollout.testing import counting_policy_generator
+from craftrl.system import ROLLOUT_MANAGER
 
 pytestmark = pytest.mark.ray
 
@@ -33,7 +34,7 @@ def test_fragments_reach_the_replay_buffer_and_read_back_chained(ray_session, tm
     handles = start_rollout_system(counting_policy_generator, functools.partial(ScriptedEnv, episode_length=3),
                                    config)
     try:
-        assert ray.get_actor(MANAGER_NAME) is not None
+        assert ray.get_actor(ROLLOUT_MANAGER) is not None
         descriptors = ray.get(handles.replay.sample_chunks.remote(4, timeout_s=120))
         reader = ChunkReader(ray.get(handles.replay.layout.remote()))
         for descriptor in descriptors:
@@ -58,4 +59,4 @@ def test_fragments_reach_the_replay_buffer_and_read_back_chained(ray_session, tm
     finally:
         assert stop_rollout_system()
     with pytest.raises(ValueError):
-        ray.get_actor(MANAGER_NAME)
+        ray.get_actor(ROLLOUT_MANAGER)

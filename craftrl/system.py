@@ -1,0 +1,54 @@
+"""The run's system actors: their names, the node they run on, and how any process finds them.
+
+A run has four named actors besides its rollout workers and train workers: the replay buffer (with its reader
+actors), the rollout manager, the episode statistics and the metrics sink. They all run on the **home node**,
+the node of the driver that started the run, pinned there with a hard node affinity. Ray would otherwise place
+each wherever it found room (they ask for no CPU), and then the replay store, ``metrics.jsonl``, TensorBoard
+files and checkpoints would land on the disk of whichever node that happened to be. Pinned, they are on the
+driver's disk on any cluster; only rollout workers and train workers go where ``resources_per_worker`` sends them.
+
+The replay store is written and read on the home node only: rollout workers elsewhere send their encoded
+fragments through Ray's object store (:mod:`craftrl.replay.client`), and reader actors run beside the buffer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+REPLAY_BUFFER = "replay_buffer"
+ROLLOUT_MANAGER = "rollout_manager"
+EPISODE_STATISTICS = "episode_statistics"
+METRICS = "metrics"
+SYSTEM_ACTORS = (ROLLOUT_MANAGER, EPISODE_STATISTICS, REPLAY_BUFFER, METRICS)
+
+
+def current_node_id() -> str | None:
+    """The Ray node this process runs on, or None outside Ray."""
+    import ray
+
+    return ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
+
+
+def on_node(node_id: str) -> dict[str, Any]:
+    """Actor options that start it on ``node_id`` and nowhere else (it fails rather than move elsewhere)."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)}
+
+
+def on_home_node() -> dict[str, Any]:
+    """Actor options for a system actor started by the driver: pinned to the driver's node."""
+    node_id = current_node_id()
+    if node_id is None:
+        raise RuntimeError("system actors are started from a process connected to Ray (ray.init first)")
+    return on_node(node_id)
+
+
+def find(name: str) -> Any:
+    """The handle of the named system actor, or None when it is not running."""
+    import ray
+
+    try:
+        return ray.get_actor(name)
+    except ValueError:
+        return None

@@ -1,0 +1,110 @@
+"""Policy weights from the learner to every rollout worker: publish a version, each worker loads the newest.
+
+* :class:`WeightPublisher` (the trainer's rank 0) puts each version into Ray's object store **once** and hands
+  ``(version, ref)`` to the rollout manager, which offers it to every worker and keeps it for the workers it
+  creates later, so a recreated worker starts from the newest weights through the same path.
+* :class:`NewestWeights` (inside each worker) takes offers without blocking and loads them on a thread of its own:
+  a worker that is behind fetches only the newest version and never a superseded one, and no actor method waits
+  on a fetch (a 1 GB VPT-2x state dict takes seconds to cross a network; the manager's health checks must not).
+
+When a newer version is published, nothing holds the older object any more and Ray frees it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable
+
+import torch
+
+StateDict = dict[str, torch.Tensor]
+
+
+class WeightPublisher:
+    """Rank 0 of the trainer: one object-store copy per version, offered to the rollout manager."""
+
+    def __init__(self, manager: Any) -> None:
+        self._manager = manager
+        self.latest: tuple[int, Any] | None = None  # (version, ref): keeps the newest object alive
+
+    def publish(self, version: int, state_dict: StateDict) -> float:
+        """Put ``state_dict`` (moved to the CPU) into the object store and offer it; returns the seconds it took.
+
+        The offer is not awaited: workers load it while the learner goes on."""
+        import ray
+
+        started = time.monotonic()
+        ref = ray.put({name: tensor.detach().cpu() for name, tensor in state_dict.items()})
+        self.latest = (int(version), ref)
+        if self._manager is not None:
+            self._manager.update_weights.remote(int(version), [ref])  # wrapped: Ray must not resolve it here
+        return time.monotonic() - started
+
+
+class NewestWeights:
+    """A worker's side: ``offer`` returns at once; a loader thread fetches the newest offer and ``apply``-s it.
+
+    ``apply(version, state_dict)`` runs on the loader thread; offers older than what was applied are ignored.
+    """
+
+    def __init__(self, apply: Callable[[int, StateDict], None], name: str = "weights-loader") -> None:
+        self._apply = apply
+        self._offered: tuple[int, list[Any]] | None = None
+        self._changed = threading.Condition()
+        self._closed = False
+        self.applied_version = -1
+        self.fetches = 0  # versions actually fetched from the object store
+        self.fetch_seconds = 0.0
+        self.error: str | None = None
+        self._thread = threading.Thread(target=self._load_forever, name=name, daemon=True)
+        self._thread.start()
+
+    def offer(self, version: int, refs: list[Any]) -> None:
+        """``refs``: ``[ObjectRef]`` (or ``[state_dict]`` already in this process)."""
+        with self._changed:
+            if version > self.applied_version and (self._offered is None or version > self._offered[0]):
+                self._offered = (int(version), refs)
+                self._changed.notify()
+
+    def wait_for(self, version: int, timeout: float) -> bool:
+        """Block until ``version`` (or a newer one) is applied; for tests and benchmarks."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while self.applied_version < version:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._changed.wait(remaining)
+        return True
+
+    def close(self) -> None:
+        with self._changed:
+            self._closed = True
+            self._changed.notify_all()
+        self._thread.join(timeout=5)
+
+    def _load_forever(self) -> None:
+        import ray
+
+        while True:
+            with self._changed:
+                while self._offered is None and not self._closed:
+                    self._changed.wait()
+                if self._closed:
+                    return
+                version, refs = self._offered
+                self._offered = None
+            started = time.monotonic()
+            try:
+                state_dict = refs[0] if isinstance(refs[0], dict) else ray.get(refs[0])
+                self.fetches += 1
+                self._apply(version, state_dict)
+            except Exception as error:  # a version that cannot be loaded: keep acting with the last one
+                self.error = f"loading weights version {version}: {type(error).__name__}: {error}"
+                continue
+            finally:
+                self.fetch_seconds += time.monotonic() - started
+            with self._changed:
+                self.applied_version = max(self.applied_version, version)
+                self._changed.notify_all()

@@ -1,0 +1,180 @@
+"""A run on a cluster whose rollout nodes do not share the driver's disk.
+
+The head node (learner resource) is started by ``ray.cluster_utils.Cluster``; each rollout node is a ``ray start``
+run inside a mount namespace of its own, where an empty directory is bind-mounted over the run root: its
+processes cannot see the driver's run directory or the replay store, and whatever they write there lands in that
+empty directory, where the test finds it. ``craftrl train --address`` then runs from the driver's view.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.ray
+
+CONFIG = '''
+import functools, json, os
+
+from craftrl.envs.testing import ScriptedEnv
+from craftrl.policies import default_policy_generator
+
+PLACEMENT_LOG = {log!r}
+env_generator = functools.partial(ScriptedEnv, episode_length=6)
+
+
+def policy_generator():
+    import ray
+
+    if ray.is_initialized():
+        context = ray.get_runtime_context()
+        record = {{"node": context.get_node_id(), "resources": context.get_assigned_resources()}}
+        with open(PLACEMENT_LOG, "a") as log:
+            log.write(json.dumps(record) + "\\n")
+    return default_policy_generator(num_actions=2, image_shape=(8, 8, 3), hidden_size=16, channels=(4, 4, 4))
+
+
+online_dict = {{
+    "detach_rollout_manager": False,
+    "rollout_config": {{
+        "num_rollout_workers": 2, "num_cpus_per_worker": 0.5, "fragment_length": 8,
+        "resources_per_worker": {{"rollout_node": 1}},
+        "worker_config": {{"num_envs": 2, "batch_size": 2}},
+        "replay_buffer_config": {{"max_chunks": 32, "max_staleness": 3,
+                                  "database_config": {{"num_shards": 1, "max_fragment_bytes": 1048576}}}},
+    }},
+    "train_config": {{"num_workers": 1, "num_cpus_per_worker": 1, "resources_per_worker": {{"learner_node": 1}},
+                      "num_iterations": 6, "batch_size_per_gpu": 2, "batches_per_iteration": 2,
+                      "context_length": 4, "save_interval": 2, "num_readers": {num_readers},
+                      "record_video_interval": 2}},
+    "logger_config": {{"name": "cluster", "console_interval": 0}},
+}}
+'''
+
+
+def _mount_namespaces_work() -> str | None:
+    """None when this process may give a child its own mount namespace with a bind mount, else why not."""
+    if shutil.which("unshare") is None:
+        return "no unshare command"
+    probe = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                            "mount --bind /tmp /mnt && umount /mnt"], capture_output=True, text=True)
+    return None if probe.returncode == 0 else f"mount namespaces refused here: {probe.stderr.strip()[:120]}"
+
+
+class RolloutNode:
+    """A Ray node in its own mount namespace: it sees ``view`` (empty at start) where the driver sees ``hidden``."""
+
+    def __init__(self, address: str, resources: dict[str, float], hidden: Path, view: Path, worker_ports: range):
+        view.mkdir(parents=True)
+        ray_cli = Path(sys.executable).with_name("ray")
+        # `ray start` binds a few fixed default ports and socket names: a second node on this machine needs its own
+        ports = " ".join(f"--{name}={_free_port()}" for name in (
+            "node-manager-port", "object-manager-port", "metrics-export-port", "dashboard-agent-listen-port",
+            "dashboard-agent-grpc-port", "runtime-env-agent-port"))
+        sockets = tempfile.mkdtemp(prefix="craftrl-node-")  # short: a unix socket path has at most 107 bytes
+        ports += f" --temp-dir={sockets}"  # the node's sockets, e.g. the object store's, under a path of its own
+        command = (f"mount --bind {view} {hidden} && exec {ray_cli} start --address={address} --num-cpus=2 "
+                   f"--resources='{json.dumps(resources)}' --object-store-memory={256 << 20} {ports} "
+                   f"--min-worker-port={worker_ports.start} --max-worker-port={worker_ports.stop - 1} --block")
+        self.view = view
+        self.process = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-c", command],
+                                        start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, 15)
+            try:
+                self.process.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, 9)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _wait_for_nodes(address: str, count: int, timeout: float = 90.0) -> set[str]:
+    """The ids of the cluster's live nodes once there are ``count`` (asked through Ray's state API: this test
+    process may hold a Ray connection of its own already, to the test session's local Ray)."""
+    from ray.util.state import list_nodes
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        alive = {node.node_id for node in list_nodes(address=address, filters=[("state", "=", "ALIVE")])}
+        if len(alive) >= count:
+            return alive
+        time.sleep(0.5)
+    raise TimeoutError(f"fewer than {count} Ray nodes after {timeout:.0f} s")
+
+
+def _files_under(root: Path) -> list[str]:
+    return sorted(str(path.relative_to(root)) for path in root.rglob("*"))
+
+
+@pytest.mark.parametrize("num_readers", [0])
+def test_rollout_nodes_without_the_drivers_disk_train_through_the_object_store(tmp_path: Path, num_readers: int):
+    from ray.cluster_utils import Cluster
+    from ray.util.state import list_actors
+
+    reason = _mount_namespaces_work()
+    if reason:
+        pytest.skip(reason)
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    log = tmp_path / "placement.jsonl"
+    config = tmp_path / "cluster_config.py"
+    config.write_text(textwrap.dedent(CONFIG.format(log=str(log), num_readers=num_readers)))
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "resources": {"learner_node": 1},
+                                                            "include_dashboard": True})
+    nodes = [RolloutNode(cluster.address, {"rollout_node": 1}, runs, tmp_path / f"view-{name}",
+                         range(21000 + 1000 * index, 21000 + 1000 * index + 200)) for index, name in enumerate("ab")]
+    try:
+        head = cluster.head_node.node_id
+        rollout_nodes = _wait_for_nodes(cluster.address, 3) - {head}
+        result = subprocess.run(
+            [sys.executable, "-m", "craftrl.cli.main", "train", str(config), f"output_root={runs}",
+             "--address", cluster.address],
+            capture_output=True, text=True, timeout=300, env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
+        actors = list_actors(address=cluster.address, detail=True, limit=1000, raise_on_missing_output=False)
+    finally:
+        for node in nodes:
+            node.stop()
+        cluster.shutdown()
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+
+    # where everything ran: rollout workers on the two rollout nodes, everything else on the driver's (head) node
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert {r["node"] for r in records if "rollout_node" in r["resources"]} == rollout_nodes
+    assert [r["node"] for r in records if "learner_node" in r["resources"]] == [head]
+    placed = {actor.name: actor.node_id for actor in actors if actor.name}
+    for name in ("replay_buffer", "rollout_manager", "episode_statistics", "metrics"):
+        assert placed.get(name) == head, (name, placed)
+    workers = [actor.node_id for actor in actors if actor.class_name == "RolloutWorker"]
+    assert workers and set(workers) == rollout_nodes
+
+    # every fragment crossed to the store through Ray and is accounted for
+    accounting = re.search(r"craftrl:   fragments: (.*)", result.stdout).group(1)
+    assert re.search(r"unaccounted 0\b", accounting), accounting
+    sent = int(re.search(r"sent (\d+)", accounting).group(1))
+    (run_dir,) = runs.iterdir()
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert metrics[-1]["train/iteration"] == 6.0 and metrics[-1]["rollout/workers_given_up"] == 0.0
+    assert 0 < metrics[-1]["replay/remote_fragments_written"] <= sent
+
+    # the driver's disk has the run's outputs; the rollout nodes' view of the run root stayed empty
+    assert (run_dir / "checkpoints" / "iter_00000006").is_dir() and any((run_dir / "tensorboard").iterdir())
+    assert list((run_dir / "videos").glob("*.mp4")), _files_under(run_dir)
+    for node in nodes:
+        assert _files_under(node.view) == [], node.view
