@@ -20,6 +20,8 @@ ROOT = BENCH.parent
 # Order matters only for reading: raw env speed first, then the parts, then end-to-end comparisons.
 SCRIPTS = [["env_throughput.py"], ["policy_inference.py"], ["learner_step.py"], ["replay_bytes.py"],
            ["sampler.py", "--policy", "counting"], ["sampler.py"],
+           # simulated clusters on this machine: fragments into the buffer, a VPT-2x policy out to 4 nodes (~12 GB)
+           ["cluster_transport.py"], ["weight_broadcast.py", "--versions", "6"],
            # learning runs: about 5 minutes and then 3 x 20 minutes
            ["cartpole_steps.py", "--seeds", "0", "1", "2", "--write-results"],
            ["time_to_cows.py", "--minutes", "20", "--seeds", "0", "1", "2", "--write-results"],

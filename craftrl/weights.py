@@ -7,15 +7,20 @@
   a worker that is behind fetches only the newest version and never a superseded one, and no actor method waits
   on a fetch (a 1 GB VPT-2x state dict takes seconds to cross a network; the manager's health checks must not).
 
-When a newer version is published, nothing holds the older object any more and Ray frees it.
+When a newer version is published, nothing holds the older object any more and Ray frees it. Tensors travel as
+numpy arrays where numpy has their dtype: Ray then hands every process on a node a view of the node's one copy in
+the object store instead of unpickling a copy per process (a VPT-2x version is 1 GB), and ``load_state_dict``
+copies them into the policy.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+import warnings
 from typing import Any, Callable
 
+import numpy as np
 import torch
 
 StateDict = dict[str, torch.Tensor]
@@ -35,7 +40,7 @@ class WeightPublisher:
         import ray
 
         started = time.monotonic()
-        ref = ray.put({name: tensor.detach().cpu() for name, tensor in state_dict.items()})
+        ref = ray.put({name: _shareable(tensor.detach().cpu()) for name, tensor in state_dict.items()})
         self.latest = (int(version), ref)
         if self._manager is not None:
             self._manager.update_weights.remote(int(version), [ref])  # wrapped: Ray must not resolve it here
@@ -97,7 +102,7 @@ class NewestWeights:
                 self._offered = None
             started = time.monotonic()
             try:
-                state_dict = refs[0] if isinstance(refs[0], dict) else ray.get(refs[0])
+                state_dict = _tensors(refs[0] if isinstance(refs[0], dict) else ray.get(refs[0]))
                 self.fetches += 1
                 self._apply(version, state_dict)
             except Exception as error:  # a version that cannot be loaded: keep acting with the last one
@@ -108,3 +113,17 @@ class NewestWeights:
             with self._changed:
                 self.applied_version = max(self.applied_version, version)
                 self._changed.notify_all()
+
+
+def _shareable(tensor: torch.Tensor) -> np.ndarray | torch.Tensor:
+    """A numpy view of ``tensor`` where numpy has its dtype (bfloat16 has none: it stays a tensor)."""
+    return tensor.numpy() if tensor.dtype != torch.bfloat16 else tensor
+
+
+def _tensors(state_dict: dict[str, Any]) -> StateDict:
+    """Tensors over the received arrays, without copying. The arrays are read-only views of the object store,
+    which torch warns about; nothing writes to them (``load_state_dict`` copies from them)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        return {name: torch.from_numpy(value) if isinstance(value, np.ndarray) else value
+                for name, value in state_dict.items()}
