@@ -35,6 +35,7 @@ from typing import Any, Callable
 
 from craftrl.config.validate import ConfigError
 from craftrl.envs.contract import ContractError, check_env_methods, check_reset_result, check_step_result
+from craftrl.rollout.fragment import fragment_nbytes
 
 ENV = "env_generator"
 POLICY = "policy_generator"
@@ -57,17 +58,19 @@ def describe_exception(error: BaseException, with_location: bool = True) -> str:
 # ---------------------------------------------------------------------------------------------- entry points
 
 
-def preflight(loaded: Any) -> None:
+def preflight(loaded: Any) -> int | None:
     """Run the checks that need no run directory (module docstring); raise ``ConfigError`` on the first failure.
 
-    ``loaded`` is a ``craftrl.config.loading.LoadedConfig``.
+    ``loaded`` is a ``craftrl.config.loading.LoadedConfig``. Returns the raw size of one of the run's fragments
+    (from the env's first observation, the action the policy took on it and the policy's recurrent state), or
+    None when the env was not probed.
     """
     config = loaded.online
     check_local_gpus(config)
     resume = config.train_config.resume
     checkpoint = check_resume_checkpoint(resume) if resume and resume != "latest" else None
     if not config.rollout_config.worker_config.preflight:
-        return
+        return None
     worker = config.rollout_config.worker_config
     with EnvProbe(loaded.env_generator, seed=config.seed, reset_timeout=worker.reset_timeout,
                   step_timeout=worker.step_timeout) as env:
@@ -78,6 +81,8 @@ def preflight(loaded: Any) -> None:
         env.step(action)
     if checkpoint is not None:
         check_checkpoint_fits(checkpoint, policy)
+    state = _call_policy("initial_state(1)", lambda: policy.initial_state(1))
+    return fragment_nbytes(first.obs, action, state, config.rollout_config.fragment_length)
 
 
 def check_resume(resume: str | None, save_path: str | Path) -> Path | None:

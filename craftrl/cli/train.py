@@ -11,6 +11,7 @@ from craftrl.cli.preflight import check_resume, preflight
 from craftrl.config.loading import LoadedConfig
 from craftrl.config.schema import OnlineConfig
 from craftrl.ray_bootstrap import ClusterResourceError, ray_init
+from craftrl.replay.config import encoded_fragment_bound
 from craftrl.rollout.start import format_accounting, format_stop_times
 from craftrl.run_dir import ResumeTarget, RunDirectory, find_resume_target
 from craftrl.train.trainer import RolloutFailedError
@@ -32,7 +33,10 @@ def train_command(loaded: LoadedConfig) -> int:
     if resume is not None:
         config = _with_resume_checkpoint(config, resume)
         loaded = dataclasses.replace(loaded, online=config)
-    preflight(loaded)  # env, policy, GPUs and an explicit resume path, before anything is created or started
+    raw_fragment_bytes = preflight(loaded)  # env, policy, GPUs and an explicit resume path, before anything starts
+    if raw_fragment_bytes is not None:
+        config = _with_fragment_bound(config, raw_fragment_bytes)
+        loaded = dataclasses.replace(loaded, online=config)
     if resume is not None and resume.run_dir is not None:
         run_dir = resume.run_dir  # continue that run: metrics appended, same checkpoints/ and videos/
     else:
@@ -127,6 +131,18 @@ def _rollout_failure(error: BaseException) -> str | None:
     if marker in text:
         return text.split(marker, 1)[1].strip().splitlines()[0]
     return None
+
+
+def _with_fragment_bound(config: OnlineConfig, raw_fragment_bytes: int) -> OnlineConfig:
+    """``config`` with ``database_config.max_fragment_bytes`` sized from the probed fragment, unless it is set."""
+    buffer = config.rollout_config.replay_buffer_config
+    if buffer.database_config.max_fragment_bytes is not None:
+        return config
+    database = dataclasses.replace(buffer.database_config,
+                                   max_fragment_bytes=encoded_fragment_bound(raw_fragment_bytes))
+    rollout = dataclasses.replace(config.rollout_config,
+                                  replay_buffer_config=dataclasses.replace(buffer, database_config=database))
+    return dataclasses.replace(config, rollout_config=rollout)
 
 
 def _resume_target(config: OnlineConfig) -> ResumeTarget | None:

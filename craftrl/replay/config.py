@@ -11,15 +11,23 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 MIB = 1 << 20
+RECORD_SLACK_BYTES = 64 * 1024  # record header, the pickled field layout and the fragment's info dict
+
+
+def encoded_fragment_bound(raw_nbytes: int) -> int:
+    """The most a fragment of ``raw_nbytes`` can take once encoded: zstd stores incompressible input with at most
+    1/128 of overhead, plus the record's own fields."""
+    return raw_nbytes + raw_nbytes // 128 + RECORD_SLACK_BYTES
 
 
 @dataclass(frozen=True)
 class StoreSettings:
     """Where the LMDB store lives and how big one encoded fragment is expected to be.
 
-    ``max_fragment_bytes`` sizes the map and the disk check: it is the *encoded* (compressed) size of one
-    fragment, not its raw size. Crafter fragments of 256 steps at 64x64 encode to ~0.25 MiB; Minecraft
-    fragments (~21 MB raw) to a few MiB.
+    ``max_fragment_bytes`` sizes the map and the disk check: the largest *encoded* (compressed) fragment.
+    ``craftrl train`` sets it, when the config leaves it unset, to :func:`encoded_fragment_bound` of the raw size
+    that the env's first observation, the policy's state and ``fragment_length`` give (Minecraft's 128x128
+    fragments of 256 steps are about 13 MB raw); plain-argument use gets 4 MiB.
     """
 
     path: str = "replay_buffer"

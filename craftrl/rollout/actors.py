@@ -15,6 +15,10 @@ slowly (a loaded machine) is replaced only after ``MAX_MISSED_STATUS`` unanswere
 slot whose fresh workers break ``MAX_FAILED_STARTS`` times in a row before cutting a single fragment is
 given up (a broken env or policy generator would otherwise be retried forever): its error is reported by
 ``fatal_error`` once no worker is left, and the trainer stops with it.
+
+A new worker that has not answered yet while the cluster has nothing free of what it asks for (its node died,
+say) is not failing to start but waiting to be placed: its slot waits (``rollout/workers_waiting_for_node``) and Ray starts it as soon as a node with those resources
+joins. What workers on a dead node had cut but not sent is counted as ``fragments_lost_with_dead_nodes``.
 """
 
 from __future__ import annotations
@@ -224,13 +228,17 @@ class RolloutManager:
         self.health_interval = health_interval
         self.workers: list[Any] = []
         self.recreated = 0
-        self.unsent_by_replaced = 0.0  # cut but not sent by workers that died (estimated from their last status)
+        # (node, fragments cut but not sent) of each worker that died, from its last status; split by whether its
+        # node died when the accounting is read, since a node's death reaches Ray's GCS seconds after its actors'
+        self.unsent_by_dead_workers: list[tuple[str | None, float]] = []
         self.dropped_by_replaced = 0.0  # cut but not delivered by broken workers stopped before replacement
         self.latest_weights: tuple[int, list[Any]] | None = None
         self.last_status: list[dict[str, Any]] = []
         self.missed: dict[int, int] = {}
         self.failed_starts: dict[int, int] = {}  # worker slot -> fresh workers in a row that broke unproductive
         self.given_up: dict[int, str] = {}  # worker slot -> the error that made the manager give up
+        self.waiting_for_node: dict[int, Any] = {}  # worker slot -> its first unanswered status call
+        self.answered: set[int] = set()  # slots whose current worker has answered a status call
         self.retired = dict.fromkeys(CUMULATIVE_KEYS, 0.0)  # counters of replaced workers, so totals never drop
         self._started = time.monotonic()
         self._stop = threading.Event()
@@ -274,6 +282,7 @@ class RolloutManager:
             "rollout/env_restarts": float(totals["restarts"]),
             "rollout/workers_recreated": float(self.recreated),
             "rollout/workers_given_up": float(len(self.given_up)),
+            "rollout/workers_waiting_for_node": float(len(self.waiting_for_node)),
             "rollout/version_lag_max": float(max((latest - s.get("version", -1) for s in statuses), default=0)),
             "rollout/emit_wait_s": float(totals["emit_wait_s"]),
             "rollout/inference_s": float(totals["inference_s"]),
@@ -318,8 +327,9 @@ class RolloutManager:
     def shutdown(self, timeout: float = 60.0) -> dict[str, float]:
         """Stop every worker (each delivers what it already cut), then kill them; returns the rollout accounting.
 
-        ``fragments_emitted == fragments_sent + fragments_dropped + fragments_unsent_by_replaced_workers``:
-        the last term is what replaced (dead) workers had cut but not sent at their last status answer.
+        ``fragments_emitted == fragments_sent + fragments_dropped + fragments_unsent_by_replaced_workers +
+        fragments_lost_with_dead_nodes``: the last two are what dead workers had cut but not sent at their last
+        status answer, on nodes that are still alive and on nodes that died.
         """
         import ray
 
@@ -330,9 +340,11 @@ class RolloutManager:
             self._monitor.join(timeout=min(30.0, timeout / 3))
         timeout = max(timeout - (time.monotonic() - started), 1.0)
         workers, statuses = self._workers_and_statuses()
-        # Slots given up on were retired (counted) already; their dead workers have nothing left to say.
-        workers = [w for i, w in enumerate(workers) if i not in self.given_up]
-        statuses = [s for i, s in enumerate(statuses) if i not in self.given_up]
+        # Slots given up on were retired (counted) already; their dead workers have nothing left to say, and a
+        # worker still waiting for a node never started.
+        gone = set(self.given_up) | set(self.waiting_for_node)
+        workers = [w for i, w in enumerate(workers) if i not in gone]
+        statuses = [s for i, s in enumerate(statuses) if i not in gone]
         # a worker's stop is its loop's join (<= 10 s) + the drain + thread joins: the drain gets what is left
         refs = [worker.stop.remote(drain_timeout=min(30.0, max(timeout - 20.0, 1.0))) for worker in workers]
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
@@ -355,7 +367,11 @@ class RolloutManager:
         totals = {key: self.retired[key] + sum(float(f.get(key, 0.0)) for f in finals) for key in keys}
         totals["fragments_dropped"] = self.dropped_by_replaced + float(sum(f.get("fragments_dropped", 0)
                                                                            for f in finals))
-        totals["fragments_unsent_by_replaced_workers"] = self.unsent_by_replaced
+        live = self._live_nodes()
+        totals["fragments_unsent_by_replaced_workers"] = sum(n for node, n in self.unsent_by_dead_workers
+                                                             if node is None or node in live)
+        totals["fragments_lost_with_dead_nodes"] = sum(n for node, n in self.unsent_by_dead_workers
+                                                       if node is not None and node not in live)
         totals["workers_recreated"] = float(self.recreated)
         totals["workers_stopped_uncleanly"] = float(len(unclean))
         return totals
@@ -379,9 +395,21 @@ class RolloutManager:
         while not self._stop.wait(self.health_interval):
             workers, statuses = self._workers_and_statuses()
             for index, worker in enumerate(workers):
+                if index in self.waiting_for_node:
+                    started, _ = ray.wait([self.waiting_for_node[index]], timeout=0)
+                    if not started:
+                        continue  # Ray starts it once a node with its resources joins
+                    del self.waiting_for_node[index]
+                    logger.warning("rollout worker %d started on a node that joined", index)
+                call = worker.status.remote()
                 try:
-                    status = ray.get(worker.status.remote(), timeout=max(10.0, self.health_interval * 5))
+                    status = ray.get(call, timeout=max(10.0, self.health_interval * 5))
                 except ray.exceptions.GetTimeoutError:
+                    if index not in self.answered and not self._resources_free():
+                        self.waiting_for_node[index] = call
+                        logger.warning("rollout worker %d waits for a node: the cluster has no %s free", index,
+                                       self._worker_resources())
+                        continue
                     self.missed[index] = self.missed.get(index, 0) + 1
                     if self.missed[index] < MAX_MISSED_STATUS:
                         continue  # slow, not dead: keep its last status
@@ -406,6 +434,7 @@ class RolloutManager:
                     statuses[index] = {}
                     continue
                 statuses[index] = status
+                self.answered.add(index)
             self.last_status = statuses
 
     def _replace(self, index: int, worker: Any, last_status: dict[str, Any]) -> None:
@@ -413,12 +442,32 @@ class RolloutManager:
 
         A broken worker whose process still answers is stopped first: it delivers what it already cut and
         its final counters are exact. Only a dead one is counted from its last status, and what it had cut
-        but not sent then is booked as ``unsent_by_replaced``.
+        but not sent then is booked in ``unsent_by_dead_workers``.
         """
         self._retire(worker, last_status)
+        self.answered.discard(index)
         with self._lock:
             self.recreated += 1
             self.workers[index] = self._create_worker(index)
+
+    def _worker_resources(self) -> dict[str, float]:
+        rollout = self.online.rollout_config
+        need = {"CPU": rollout.num_cpus_per_worker, "GPU": rollout.num_gpus_per_worker,
+                **(rollout.resources_per_worker or {})}
+        return {name: amount for name, amount in need.items() if amount > 0}
+
+    def _resources_free(self) -> bool:
+        """Whether the cluster has the resources a rollout worker asks for free (a new one could be placed)."""
+        import ray
+
+        free = ray.available_resources()
+        return all(free.get(name, 0.0) >= amount for name, amount in self._worker_resources().items())
+
+    @staticmethod
+    def _live_nodes() -> set[str]:
+        import ray
+
+        return {node["NodeID"] for node in ray.nodes() if node["Alive"]}
 
     def _retire(self, worker: Any, last_status: dict[str, Any]) -> None:
         """Stop (or count from ``last_status`` when it is dead) and kill ``worker``, adding its counters to the run's."""
@@ -429,8 +478,8 @@ class RolloutManager:
             self.dropped_by_replaced += float(final.get("fragments_dropped", 0))
         except Exception:
             final = last_status
-            self.unsent_by_replaced += max(0.0, float(final.get("fragments_emitted", 0))
-                                           - float(final.get("fragments_sent", 0)))
+            unsent = max(0.0, float(final.get("fragments_emitted", 0)) - float(final.get("fragments_sent", 0)))
+            self.unsent_by_dead_workers.append((final.get("node"), unsent))
         try:
             ray.kill(worker, no_restart=True)
         except Exception:

@@ -119,6 +119,29 @@ class Fragment:
         return total
 
 
+# reward, terminated, truncated, first, logp, vpred, version, final_vpred: float32, 3 bools, 2 x float32, int64, float32
+STEP_SCALAR_BYTES = 4 + 1 + 1 + 1 + 4 + 4 + 8 + 4
+
+
+def fragment_nbytes(obs: Pytree, action: Pytree, state_in: Pytree, length: int) -> int:
+    """What ``raw_nbytes`` will be for a fragment of ``length`` steps with observations like ``obs`` and actions
+    like ``action`` (one step's, of one env) and recurrent state ``state_in`` (one env's)."""
+    def nbytes(tree: Pytree) -> int:
+        return sum(np.asarray(leaf).nbytes for _, leaf in _leaves("", _as_arrays(tree)))
+
+    return length * (nbytes(obs) + nbytes(action) + STEP_SCALAR_BYTES) + nbytes(obs) + nbytes(state_in)
+
+
+def _as_arrays(tree: Pytree) -> Pytree:
+    if isinstance(tree, dict):
+        return {key: _as_arrays(value) for key, value in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(_as_arrays(value) for value in tree)
+    if hasattr(tree, "detach"):  # a torch tensor
+        return tree.detach().cpu().numpy()
+    return np.asarray(tree)
+
+
 def _leaves(prefix: str, tree: Pytree):
     """Yield ``(dotted_path, array)`` for every numpy array in a pytree."""
     if isinstance(tree, np.ndarray):

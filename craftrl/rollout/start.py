@@ -93,7 +93,8 @@ def format_accounting(counts: dict[str, float]) -> str:
                if key.startswith("replay/removed_") and value}
     return (f"emitted {get('rollout/fragments_emitted')} = sent {get('rollout/fragments_sent')} + dropped at stop "
             f"{get('rollout/fragments_dropped')} + unsent by replaced workers "
-            f"{get('rollout/fragments_unsent_by_replaced_workers')}; replay registered {get('replay/added')} "
+            f"{get('rollout/fragments_unsent_by_replaced_workers')} + lost with dead nodes "
+            f"{get('rollout/fragments_lost_with_dead_nodes')}; replay registered {get('replay/added')} "
             f"(+{get('replay/duplicate_registrations')} repeats ignored) = in chunks {get('replay/in_chunks')} + "
             f"in open chunks {get('replay/in_open_chunks')} + removed {removed}; unaccounted "
             f"{get('replay/unaccounted')}; buffer restarts {get('replay/restarts')}")

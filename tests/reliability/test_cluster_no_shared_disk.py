@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -54,7 +55,7 @@ online_dict = {{
                                   "database_config": {{"num_shards": 1, "max_fragment_bytes": 1048576}}}},
     }},
     "train_config": {{"num_workers": 1, "num_cpus_per_worker": 1, "resources_per_worker": {{"learner_node": 1}},
-                      "num_iterations": 6, "batch_size_per_gpu": 2, "batches_per_iteration": 2,
+                      "num_iterations": {iterations}, "batch_size_per_gpu": 2, "batches_per_iteration": 2,
                       "context_length": 4, "save_interval": 2, "num_readers": {num_readers},
                       "record_video_interval": 2}},
     "logger_config": {{"name": "cluster", "console_interval": 0}},
@@ -92,11 +93,16 @@ class RolloutNode:
 
     def stop(self) -> None:
         if self.process.poll() is None:
-            os.killpg(self.process.pid, 15)
+            os.killpg(self.process.pid, signal.SIGTERM)
             try:
                 self.process.wait(60)
             except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, 9)
+                os.killpg(self.process.pid, signal.SIGKILL)
+
+    def crash(self) -> None:
+        """Every process of the node dies at once, as when its machine goes down."""
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(30)
 
 
 def _free_port() -> int:
@@ -112,7 +118,8 @@ def _wait_for_nodes(address: str, count: int, timeout: float = 90.0) -> set[str]
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        alive = {node.node_id for node in list_nodes(address=address, filters=[("state", "=", "ALIVE")])}
+        alive = {node.node_id for node in list_nodes(address=address, filters=[("state", "=", "ALIVE")],
+                                                     raise_on_missing_output=False)}
         if len(alive) >= count:
             return alive
         time.sleep(0.5)
@@ -135,7 +142,7 @@ def test_rollout_nodes_without_the_drivers_disk_train_through_the_object_store(t
     runs.mkdir()
     log = tmp_path / "placement.jsonl"
     config = tmp_path / "cluster_config.py"
-    config.write_text(textwrap.dedent(CONFIG.format(log=str(log), num_readers=num_readers)))
+    config.write_text(textwrap.dedent(CONFIG.format(log=str(log), num_readers=num_readers, iterations=6)))
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "resources": {"learner_node": 1},
                                                             "include_dashboard": True})
     nodes = [RolloutNode(cluster.address, {"rollout_node": 1}, runs, tmp_path / f"view-{name}",
@@ -176,5 +183,74 @@ def test_rollout_nodes_without_the_drivers_disk_train_through_the_object_store(t
     # the driver's disk has the run's outputs; the rollout nodes' view of the run root stayed empty
     assert (run_dir / "checkpoints" / "iter_00000006").is_dir() and any((run_dir / "tensorboard").iterdir())
     assert list((run_dir / "videos").glob("*.mp4")), _files_under(run_dir)
+    for node in nodes:
+        assert _files_under(node.view) == [], node.view
+
+
+def _last_metrics(run_root: Path) -> dict:
+    paths = list(run_root.glob("*/metrics.jsonl"))
+    lines = paths[0].read_text().splitlines() if paths else []
+    return json.loads(lines[-1]) if lines else {}
+
+
+def _wait_for(what: str, condition, timeout: float = 180.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not within {timeout:.0f} s")
+        time.sleep(1.0)
+
+
+def test_a_dead_rollout_node_loses_its_slot_until_a_node_joins_and_the_fragments_it_held_are_counted(tmp_path):
+    from ray.cluster_utils import Cluster
+
+    reason = _mount_namespaces_work()
+    if reason:
+        pytest.skip(reason)
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    log = tmp_path / "placement.jsonl"
+    config = tmp_path / "cluster_config.py"
+    config.write_text(textwrap.dedent(CONFIG.format(log=str(log), num_readers=0, iterations=100_000)))
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "resources": {"learner_node": 1},
+                                                            "include_dashboard": True})  # the state API's server
+    nodes = [RolloutNode(cluster.address, {"rollout_node": 1}, runs, tmp_path / f"view-{name}",
+                         range(21000 + 1000 * index, 21000 + 1000 * index + 200)) for index, name in enumerate("ab")]
+    stdout, stderr = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
+    process = None
+    try:
+        _wait_for_nodes(cluster.address, 3)
+        with open(stdout, "w") as out, open(stderr, "w") as err:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "craftrl.cli.main", "train", str(config), f"output_root={runs}",
+                 "--address", cluster.address], stdout=out, stderr=err,
+                env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
+        _wait_for("2 iterations", lambda: _last_metrics(runs).get("train/iteration", 0) >= 2)
+        nodes[1].crash()
+        _wait_for("the lost worker's slot waiting for a node",
+                  lambda: _last_metrics(runs).get("rollout/workers_waiting_for_node") == 1.0)
+        before = _last_metrics(runs)["train/iteration"]
+        _wait_for("training on with the other node", lambda: _last_metrics(runs)["train/iteration"] >= before + 2)
+        nodes.append(RolloutNode(cluster.address, {"rollout_node": 1}, runs, tmp_path / "view-c", range(23000, 23200)))
+        joined = _wait_for_nodes(cluster.address, 3) - {cluster.head_node.node_id}
+        _wait_for("the slot back on the new node", lambda: _last_metrics(runs).get("rollout/workers_waiting_for_node")
+                  == 0.0 and len({json.loads(line)["node"] for line in log.read_text().splitlines()} & joined) == 2)
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=180)
+    finally:
+        if process is not None and process.poll() is None:
+            process.kill()
+        for node in nodes:
+            node.stop()
+        cluster.shutdown()
+    assert process.returncode == 130, stderr.read_text()[-4000:]
+    metrics = _last_metrics(runs)
+    # recreated once, or twice when the first replacement was placed on the dead node before Ray knew it was dead
+    assert metrics["rollout/workers_given_up"] == 0.0 and metrics["rollout/workers_recreated"] in (1.0, 2.0)
+    accounting = re.search(r"craftrl:   fragments: (.*)", stdout.read_text()).group(1)
+    counts = [int(n) for n in re.search(r"emitted (\d+) = sent (\d+) \+ dropped at stop (\d+) \+ unsent by replaced "
+                                        r"workers (\d+) \+ lost with dead nodes (\d+)", accounting).groups()]
+    assert counts[0] == sum(counts[1:]) and re.search(r"unaccounted 0\b", accounting), accounting
+    assert counts[3] == 0, "the dead node's worker is booked under the node's loss, not as a replaced worker"
     for node in nodes:
         assert _files_under(node.view) == [], node.view
