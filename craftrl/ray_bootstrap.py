@@ -107,13 +107,11 @@ def ray_init(config: OnlineConfig | None = None, address: str | None = None, *,
         try:
             ray.init(address=address, namespace="craftrl", **ray_kwargs)
         except ConnectionError as error:
-            raise ClusterResourceError(f"cannot connect to the Ray cluster at {address!r}: {error}") from None
+            raise ClusterResourceError(f"cannot connect to the Ray cluster at {address!r}: {error}"
+                                       f"{_token_hint()}") from None
         except ray.exceptions.AuthenticationError:
-            raise ClusterResourceError(
-                f"the Ray cluster at {address!r} refused this driver's authentication (RAY_AUTH_MODE="
-                f"{os.environ.get('RAY_AUTH_MODE')}): a cluster started with `ray start --head` needs "
-                "RAY_AUTH_MODE=token and its token on this machine (~/.ray/auth_token as on the head, RAY_AUTH_TOKEN_PATH or "
-                "RAY_AUTH_TOKEN); see docs/cluster.md") from None
+            raise ClusterResourceError(f"the Ray cluster at {address!r} refused this driver's token"
+                                       f"{_token_hint()}") from None
         resources = ray.cluster_resources()
         try:
             check_cluster_resources(config, resources)
@@ -138,6 +136,15 @@ def ray_init(config: OnlineConfig | None = None, address: str | None = None, *,
     options.update(ray_kwargs)
     ray.init(**options)
     return ray.cluster_resources()
+
+
+def _token_hint() -> str:
+    """What a driver needs to join a cluster with token authentication, in the words of the mode it runs in."""
+    if os.environ.get("RAY_AUTH_MODE") == "token":
+        return ("; give this machine the cluster's token: ~/.ray/auth_token as on the head, RAY_AUTH_TOKEN_PATH or "
+                "RAY_AUTH_TOKEN (docs/cluster.md)")
+    return ("; if the cluster uses token authentication (Ray's log above then says InvalidAuthToken), set "
+            "RAY_AUTH_MODE=token and give this machine its token (docs/cluster.md)")
 
 
 def _detected_gpus() -> int:

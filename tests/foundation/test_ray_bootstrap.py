@@ -82,3 +82,37 @@ def test_joining_a_cluster_too_small_for_the_config_fails_fast_in_one_line():
         assert "rejected: the Ray cluster has 1 CPU and 0 GPU, but the config reserves 6 CPU" in out
     finally:
         cluster.communicate(input="\n", timeout=60)
+
+
+@pytest.mark.ray
+def test_joining_a_token_cluster_without_its_token_is_one_line_naming_what_to_set(tmp_path):
+    """A head started with token authentication (``ray start --head`` under RAY_AUTH_MODE=token); ``craftrl train
+    --address`` without the token mode stops in one line that says what to set, not with a traceback."""
+    import os
+    import secrets
+    import shutil
+    import socket
+    import tempfile
+
+    ray_cli = shutil.which("ray", path=os.path.dirname(sys.executable))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    token = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32),
+             "RAY_USAGE_STATS_ENABLED": "0"}
+    head = subprocess.run([ray_cli, "start", "--head", f"--port={port}", "--num-cpus=1", "--include-dashboard=false",
+                           f"--temp-dir={tempfile.mkdtemp(prefix='craftrl-ray-')}"],  # short: socket paths
+                          env=token, capture_output=True, text=True, timeout=120)
+    assert head.returncode == 0, head.stderr[-2000:]
+    try:
+        without = {key: value for key, value in token.items() if not key.startswith("RAY_AUTH_")}
+        result = subprocess.run(
+            [sys.executable, "-m", "craftrl.cli.main", "train", "tests/config_fixtures/tiny.py",
+             f"output_root={tmp_path / 'runs'}", "--address", f"127.0.0.1:{port}"],
+            env=without, capture_output=True, text=True, timeout=120)
+    finally:
+        subprocess.run([ray_cli, "stop", "--force"], env=token, capture_output=True, timeout=120)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("craftrl: error:")]
+    assert f"cannot connect to the Ray cluster at '127.0.0.1:{port}'" in line and "RAY_AUTH_MODE=token" in line
