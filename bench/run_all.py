@@ -22,6 +22,7 @@ SCRIPTS = [["env_throughput.py"], ["policy_inference.py"], ["learner_step.py"], 
            ["sampler.py", "--policy", "counting"], ["sampler.py"],
            # simulated clusters on this machine: fragments into the buffer, a VPT-2x policy out to 4 nodes (~12 GB)
            ["cluster_transport.py"], ["weight_broadcast.py", "--versions", "6"],
+           ["gpu_vpt.py"],  # GPU only: skipped without CUDA
            # learning runs: about 5 minutes and then 3 x 20 minutes
            ["cartpole_steps.py", "--seeds", "0", "1", "2", "--write-results"],
            ["time_to_cows.py", "--minutes", "20", "--seeds", "0", "1", "2", "--write-results"],
@@ -31,6 +32,7 @@ SCRIPTS = [["env_throughput.py"], ["policy_inference.py"], ["learner_step.py"], 
            # LONG, ~45 min: 1M env steps of crafter/score, the Crafter score (P6); skipped by --skip-long
            ["crafter_score.py", "--write-results"]]
 LONG = {"peers.py", "crafter_score.py"}
+GPU_ONLY = {"gpu_vpt.py"}
 
 
 def main() -> int:
@@ -46,7 +48,7 @@ def main() -> int:
     headlines, failures = [], []
     for script, *arguments in SCRIPTS:
         path = BENCH / script
-        if not path.exists() or (args.skip_long and script in LONG):
+        if not path.exists() or (args.skip_long and script in LONG) or (script in GPU_ONLY and not _has_cuda()):
             continue
         print(f"== {script} {' '.join(arguments)}", flush=True)
         result = subprocess.run([sys.executable, str(path), *arguments], cwd=ROOT, capture_output=True, text=True)
@@ -62,6 +64,12 @@ def main() -> int:
         print(f"benchmarks failed: {', '.join(failures)}", file=sys.stderr)
         return 1
     return 0
+
+
+def _has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def trailing_headlines(lines: list[str]) -> list[str]:
