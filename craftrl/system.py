@@ -44,6 +44,13 @@ def on_home_node() -> dict[str, Any]:
     return on_node(node_id)
 
 
+def restarted_by_ray() -> bool:
+    """True in an actor process Ray started to replace a dead one (False outside Ray, e.g. in tests)."""
+    import ray
+
+    return ray.is_initialized() and ray.get_runtime_context().was_current_actor_reconstructed
+
+
 def find(name: str) -> Any:
     """The handle of the named system actor, or None when it is not running."""
     import ray

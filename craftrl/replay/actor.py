@@ -26,7 +26,7 @@ from craftrl.replay.config import BufferSettings
 from craftrl.replay.journal import JournaledPolicy
 from craftrl.replay.policy import BufferPolicy, ChunkDescriptor, FragmentMeta
 from craftrl.replay.store import FragmentStore, StoreLayout, create_store, read_layout
-from craftrl.system import REPLAY_BUFFER, current_node_id
+from craftrl.system import REPLAY_BUFFER, current_node_id, restarted_by_ray
 logger = logging.getLogger(__name__)
 
 
@@ -35,7 +35,7 @@ class ReplayBufferActor:
 
     def __init__(self, settings: BufferSettings) -> None:
         store = settings.store
-        if _restarted_by_ray():
+        if restarted_by_ray():
             self._layout = read_layout(store.path)
             self._store = FragmentStore(self._layout)
             self._policy = JournaledPolicy.recover(self._layout.path)
@@ -182,13 +182,6 @@ class ReplayBufferActor:
         self._pending_deletes.discard(future)
         if not future.cancelled() and future.exception() is not None:
             logger.error("replay buffer: deleting records failed: %s", future.exception())
-
-
-def _restarted_by_ray() -> bool:
-    """True in an actor process Ray started to replace a dead one (False outside Ray, e.g. in tests)."""
-    import ray
-
-    return ray.is_initialized() and ray.get_runtime_context().was_current_actor_reconstructed
 
 
 def start_replay_buffer(settings: BufferSettings, name: str = REPLAY_BUFFER, num_cpus: float = 0.0,

@@ -39,7 +39,7 @@ from craftrl.config.validate import build_config
 from craftrl.rollout.fragment import Fragment
 from craftrl.rollout.video import video_filename, write_mp4_in_background
 from craftrl.rollout.worker import EpisodeRecord, RolloutLoop
-from craftrl.system import METRICS, current_node_id, find
+from craftrl.system import METRICS, current_node_id, find, restarted_by_ray
 from craftrl.weights import NewestWeights
 
 logger = logging.getLogger(__name__)
@@ -244,8 +244,18 @@ class RolloutManager:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._monitor: threading.Thread | None = None
+        # Ray restarted this manager after its process died: its workers died with it (Ray ends the actors a
+        # dead owner created), so it starts new ones; they act with the policy's initial weights until the
+        # trainer publishes its next version, and the rollout counters start over.
+        self.restarted = restarted_by_ray()
+        if self.restarted:
+            logger.warning("rollout manager restarted by Ray: starting %d new rollout workers",
+                           self.online.rollout_config.num_rollout_workers)
+            self.start()
 
     def start(self) -> int:
+        if self.workers:  # started already (a start call Ray retried after a restart that started them)
+            return len(self.workers)
         rollout = self.online.rollout_config
         self.workers = [self._create_worker(i) for i in range(rollout.num_rollout_workers)]
         self._monitor = threading.Thread(target=self._watch, name="health", daemon=True)
@@ -283,6 +293,7 @@ class RolloutManager:
             "rollout/workers_recreated": float(self.recreated),
             "rollout/workers_given_up": float(len(self.given_up)),
             "rollout/workers_waiting_for_node": float(len(self.waiting_for_node)),
+            "rollout/manager_restarted": float(self.restarted),
             "rollout/version_lag_max": float(max((latest - s.get("version", -1) for s in statuses), default=0)),
             "rollout/emit_wait_s": float(totals["emit_wait_s"]),
             "rollout/inference_s": float(totals["inference_s"]),

@@ -2,7 +2,8 @@
 
 All three are named actors on the driver's node (:mod:`craftrl.system`), so the trainer (and a user's shell)
 can find them. They share one lifetime: detached when ``detach_rollout_manager`` (they outlive the driver),
-otherwise tied to it. Starting replaces any previous run's actors of the same names, deliberately: MineStudio reused a
+otherwise tied to it. Ray restarts each of them when its process dies (the replay buffer recovers its index
+from its journal; the manager starts new workers; the statistics start over), so the run goes on. Starting replaces any previous run's actors of the same names, deliberately: MineStudio reused a
 manager but crashed on the replay buffer that was still registered, and left the old env processes running.
 """
 
@@ -111,10 +112,11 @@ def start_rollout_system(policy_generator: Callable[[], Any], env_generator: Cal
     replay = start_replay_buffer(buffer_settings_from(buffer_cfg, seed=config.seed), name=REPLAY_BUFFER,
                                  lifetime=lifetime, **home)
     moving_window = config.rollout_config.episode_statistics_config.moving_window
+    restart = {"max_restarts": -1, "max_task_retries": -1}
     statistics = ray.remote(EpisodeStatistics).options(name=EPISODE_STATISTICS, num_cpus=0, lifetime=lifetime,
-                                                       **home).remote(moving_window)
+                                                       **restart, **home).remote(moving_window)
     manager = ray.remote(RolloutManager).options(name=ROLLOUT_MANAGER, num_cpus=0, max_concurrency=8,
-                                                 lifetime=lifetime, **home).remote(
+                                                 lifetime=lifetime, **restart, **home).remote(
         env_generator, policy_generator, config_to_dict(config), ReplayBufferSink(replay), statistics)
     ray.get(manager.start.remote())
     handles = RolloutHandles(manager, replay, statistics)

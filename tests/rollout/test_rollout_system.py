@@ -60,3 +60,40 @@ def test_fragments_reach_the_replay_buffer_and_read_back_chained(ray_session, tm
         assert stop_rollout_system()
     with pytest.raises(ValueError):
         ray.get_actor(ROLLOUT_MANAGER)
+
+
+def test_a_killed_rollout_manager_or_statistics_actor_is_restarted_and_rollouts_go_on(ray_session, tmp_path):
+    ray = ray_session
+    config = build_config({
+        "detach_rollout_manager": False,
+        "rollout_config": {
+            "num_rollout_workers": 1, "num_cpus_per_worker": 0, "fragment_length": 4,
+            "worker_config": {"num_envs": 2, "batch_size": 2, "video_output_dir": str(tmp_path / "videos")},
+            "replay_buffer_config": {"max_chunks": 50, "database_config": {"path": str(tmp_path / "replay"),
+                                                                           "num_shards": 1}},
+        },
+    })
+    handles = start_rollout_system(counting_policy_generator, functools.partial(ScriptedEnv, episode_length=3),
+                                   config)
+
+    def wait_for(what, condition, timeout=90.0):
+        deadline = time.monotonic() + timeout
+        while not condition():
+            assert time.monotonic() < deadline, what
+            time.sleep(0.5)
+
+    try:
+        wait_for("fragments", lambda: ray.get(handles.manager.status.remote())["rollout/fragments_sent"] >= 2)
+        ray.kill(handles.manager, no_restart=False)
+        ray.kill(handles.statistics, no_restart=False)
+        added = ray.get(handles.replay.accounting.remote())["added"]
+        # the same handles answer again: Ray restarted both, and the new manager started a new worker
+        wait_for("the restarted manager's fragments", lambda: ray.get(handles.manager.status.remote(), timeout=30)
+                 ["rollout/fragments_sent"] >= 2)
+        status = ray.get(handles.manager.status.remote())
+        assert status["rollout/manager_restarted"] == 1.0 and len(ray.get(handles.manager.worker_handles.remote())) == 1
+        assert ray.get(handles.replay.accounting.remote())["added"] >= added + 2
+        wait_for("episodes reported to the restarted statistics",
+                 lambda: ray.get(handles.statistics.summary.remote())["episodes/total"] > 0)
+    finally:
+        assert stop_rollout_system()
