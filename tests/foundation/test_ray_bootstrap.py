@@ -87,12 +87,16 @@ def test_joining_a_cluster_too_small_for_the_config_fails_fast_in_one_line():
 @pytest.mark.ray
 def test_joining_a_token_cluster_without_its_token_is_one_line_naming_what_to_set(tmp_path):
     """A head started with token authentication (``ray start --head`` under RAY_AUTH_MODE=token); ``craftrl train
-    --address`` without the token mode stops in one line that says what to set, not with a traceback."""
+    --address`` without the token mode stops in one line that says what to set, not with a traceback. The head runs
+    in a process group of its own and is stopped by signalling that group: ``ray stop`` would end every Ray process
+    on the machine, this test session's own Ray too."""
     import os
     import secrets
     import shutil
+    import signal
     import socket
     import tempfile
+    import time
 
     ray_cli = shutil.which("ray", path=os.path.dirname(sys.executable))
     with socket.socket() as probe:
@@ -100,18 +104,29 @@ def test_joining_a_token_cluster_without_its_token_is_one_line_naming_what_to_se
         port = probe.getsockname()[1]
     token = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32),
              "RAY_USAGE_STATS_ENABLED": "0"}
-    head = subprocess.run([ray_cli, "start", "--head", f"--port={port}", "--num-cpus=1", "--include-dashboard=false",
-                           f"--temp-dir={tempfile.mkdtemp(prefix='craftrl-ray-')}"],  # short: socket paths
-                          env=token, capture_output=True, text=True, timeout=120)
-    assert head.returncode == 0, head.stderr[-2000:]
+    head = subprocess.Popen([ray_cli, "start", "--head", f"--port={port}", "--num-cpus=1", "--include-dashboard=false",
+                             f"--temp-dir={tempfile.mkdtemp(prefix='craftrl-ray-')}", "--block"],  # short socket paths
+                            env=token, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
+        deadline = time.monotonic() + 60
+        while True:  # the head's GCS accepts connections
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert head.poll() is None and time.monotonic() < deadline, "the Ray head did not start"
+                time.sleep(0.5)
         without = {key: value for key, value in token.items() if not key.startswith("RAY_AUTH_")}
         result = subprocess.run(
             [sys.executable, "-m", "craftrl.cli.main", "train", "tests/config_fixtures/tiny.py",
              f"output_root={tmp_path / 'runs'}", "--address", f"127.0.0.1:{port}"],
             env=without, capture_output=True, text=True, timeout=120)
     finally:
-        subprocess.run([ray_cli, "stop", "--force"], env=token, capture_output=True, timeout=120)
+        os.killpg(head.pid, signal.SIGTERM)
+        try:
+            head.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(head.pid, signal.SIGKILL)
     assert result.returncode == 2, result.stderr[-2000:]
     assert "Traceback" not in result.stderr
     (line,) = [line for line in result.stderr.splitlines() if line.startswith("craftrl: error:")]
