@@ -7,12 +7,13 @@ travel through Ray's object store and the buffer actor writes them). Fragments c
 64x64 frames in 32-step fragments (the default config's) and 128x128 frames in 256-step fragments (Minecraft's
 size of frame and the seed configs' fragment length), with an LSTM state of 2 x 256 floats.
 
-Reported per case: fragments/s and MB/s of encoded fragments the buffer registered (wall clock from the first
-send to the last registration), and the CPU milliseconds per fragment of the writers and of the buffer actor
-(from /proc). On 2 cores the writers' compression takes most of the CPU, so a third row has the remote writers
-compress before the clock starts: what the buffer itself ingests. The nodes share this machine's cores and loopback, so MB/s is a floor for real networks of 10 Gbit/s
-and more, not a network measurement. Writes bench/results/cluster_transport.md; the last line is
-``P9 remote_ingest_mb_per_s=<128x128 remote, encoded ahead, MB/s>``.
+Reported per case: fragments/s and MB/s of encoded fragments the buffer registered (wall clock from the first send
+to the last registration), and the CPU milliseconds per fragment of the writers and of the buffer actor (from
+/proc). On 2 cores the writers' compression takes most of the CPU, so a third row has the remote writers compress
+before the clock starts: what the buffer itself ingests. The nodes share this machine's cores and loopback, so MB/s
+is a floor for real networks of 10 Gbit/s and more, not a network measurement. Writes
+bench/results/cluster_transport.md; the last line is ``P9 remote_ingest_mb_per_s=<128x128 remote, encoded ahead,
+MB/s>``.
 
     .venv/bin/python bench/cluster_transport.py [--fragments 48] [--writers 2]
 """

@@ -115,7 +115,8 @@ def main() -> None:
     parser.add_argument("--fragment-length", type=int, default=32)
     parser.add_argument("--fragments", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--smoke", action="store_true", help="a tiny VPT on the CPU: checks the script, measures nothing")
+    parser.add_argument("--smoke", action="store_true",
+                        help="a tiny VPT on the CPU: checks the script, measures nothing")
     args = parser.parse_args()
     if not args.smoke and not torch.cuda.is_available():
         print("gpu_vpt.py: no CUDA device; nothing measured", file=sys.stderr)

@@ -1,15 +1,15 @@
 """Rollout-worker side: encode a fragment, put it into the store, register it with the buffer actor.
 
-Fragments are encoded (compressed) in the worker's own process, so compression runs in parallel across workers.
-A writer on the store's node then puts the record into LMDB itself and sends the buffer actor only metadata.
-A writer on any other node cannot open the store (LMDB is one machine's): it sends the records with the
-registration, through Ray's object store, and the buffer actor writes them (``write_fragments``), so each
-fragment crosses the network once. Either way a registration is sent without waiting for its answer, but only once
-fewer than ``max_in_flight`` are unanswered. Keep the default of 1: Ray does not promise that an async actor
-runs calls in submission order, and fragments of one env must arrive in index order (a reordered pair would
-be refused as ``out_of_order``). ``add_fragments`` registers a batch in one call, in list order: the envs of
-a rollout group start together, so their fragments end on the same step, and one call for all of them spares
-the buffer actor most of its per-call cost (Ray's, not its own work).
+Fragments are encoded (compressed) in the worker's own process, so compression runs in parallel across workers. A
+writer on the store's node then puts the record into LMDB itself and sends the buffer actor only metadata. A writer
+on any other node cannot open the store (LMDB is one machine's): it sends the records with the registration,
+through Ray's object store, and the buffer actor writes them (``write_fragments``), so each fragment crosses the
+network once. Either way a registration is sent without waiting for its answer, but only once fewer than
+``max_in_flight`` are unanswered. Keep the default of 1: Ray does not promise that an async actor runs calls in
+submission order, and fragments of one env must arrive in index order (a reordered pair would be refused as
+``out_of_order``). ``add_fragments`` registers a batch in one call, in list order: the envs of a rollout group
+start together, so their fragments end on the same step, and one call for all of them spares the buffer actor most
+of its per-call cost (Ray's, not its own work).
 
 When the buffer actor dies, Ray restarts it and retries the registration; should the call still fail, the
 writer re-sends the *same* registration (same fragment id, record already stored) until ``retry_timeout_s``:

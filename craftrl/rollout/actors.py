@@ -16,9 +16,10 @@ slot whose fresh workers break ``MAX_FAILED_STARTS`` times in a row before cutti
 given up (a broken env or policy generator would otherwise be retried forever): its error is reported by
 ``fatal_error`` once no worker is left, and the trainer stops with it.
 
-A new worker that has not answered yet while the cluster has nothing free of what it asks for (its node died,
-say) is not failing to start but waiting to be placed: its slot waits (``rollout/workers_waiting_for_node``) and Ray starts it as soon as a node with those resources
-joins. What workers on a dead node had cut but not sent is counted as ``fragments_lost_with_dead_nodes``.
+A new worker that has not answered yet while the cluster has nothing free of what it asks for (its node died, say)
+is not failing to start but waiting to be placed: its slot waits (``rollout/workers_waiting_for_node``) and Ray
+starts it as soon as a node with those resources joins. What workers on a dead node had cut but not sent is counted
+as ``fragments_lost_with_dead_nodes``.
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
 """Starting the rollout side of a run: replay buffer, episode statistics and the rollout manager.
 
-All three are named actors on the driver's node (:mod:`craftrl.system`), so the trainer (and a user's shell)
-can find them. They share one lifetime: detached when ``detach_rollout_manager`` (they outlive the driver),
-otherwise tied to it. Ray restarts each of them when its process dies (the replay buffer recovers its index
-from its journal; the manager starts new workers; the statistics start over), so the run goes on. Starting replaces any previous run's actors of the same names, deliberately: MineStudio reused a
-manager but crashed on the replay buffer that was still registered, and left the old env processes running.
+All three are named actors on the driver's node (:mod:`craftrl.system`), so the trainer (and a user's shell) can
+find them. They share one lifetime: detached when ``detach_rollout_manager`` (they outlive the driver), otherwise
+tied to it. Ray restarts each of them when its process dies (the replay buffer recovers its index from its journal;
+the manager starts new workers; the statistics start over), so the run goes on. Starting replaces any previous
+run's actors of the same names, deliberately: MineStudio reused a manager but crashed on the replay buffer that was
+still registered, and left the old env processes running.
 """
 
 from __future__ import annotations

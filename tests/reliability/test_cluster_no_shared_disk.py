@@ -16,52 +16,13 @@ import socket
 import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 from pathlib import Path
 
 import pytest
+from cluster_config import write_cluster_config
 
 pytestmark = pytest.mark.ray
-
-CONFIG = '''
-import functools, json, os
-
-from craftrl.envs.testing import ScriptedEnv
-from craftrl.policies import default_policy_generator
-
-PLACEMENT_LOG = {log!r}
-env_generator = functools.partial(ScriptedEnv, episode_length=6)
-
-
-def policy_generator():
-    import ray
-
-    if ray.is_initialized():
-        context = ray.get_runtime_context()
-        record = {{"node": context.get_node_id(), "resources": context.get_assigned_resources()}}
-        with open(PLACEMENT_LOG, "a") as log:
-            log.write(json.dumps(record) + "\\n")
-    return default_policy_generator(num_actions=2, image_shape=(8, 8, 3), hidden_size=16, channels=(4, 4, 4))
-
-
-online_dict = {{
-    "detach_rollout_manager": False,
-    "rollout_config": {{
-        "num_rollout_workers": 2, "num_cpus_per_worker": 0.5, "fragment_length": 8,
-        "resources_per_worker": {{"rollout_node": 1}},
-        "worker_config": {{"num_envs": 2, "batch_size": 2}},
-        "replay_buffer_config": {{"max_chunks": 32, "max_staleness": 3,
-                                  "database_config": {{"num_shards": 1, "max_fragment_bytes": 1048576}}}},
-    }},
-    "train_config": {{"num_workers": 1, "num_cpus_per_worker": 1, "resources_per_worker": {{"learner_node": 1}},
-                      "num_iterations": {iterations}, "batch_size_per_gpu": 2, "batches_per_iteration": 2,
-                      "context_length": 4, "save_interval": 2, "num_readers": {num_readers},
-                      "record_video_interval": 2}},
-    "logger_config": {{"name": "cluster", "console_interval": 0}},
-}}
-'''
-
 
 def _mount_namespaces_work() -> str | None:
     """None when this process may give a child its own mount namespace with a bind mount, else why not."""
@@ -126,27 +87,32 @@ def _wait_for_nodes(address: str, count: int, timeout: float = 90.0) -> set[str]
     raise TimeoutError(f"fewer than {count} Ray nodes after {timeout:.0f} s")
 
 
+def _head_and_two_rollout_nodes(runs: Path, tmp_path: Path):
+    """A head with the learner resource (and the dashboard, which serves Ray's state API) and two rollout nodes
+    that see an empty directory where the driver sees ``runs``."""
+    from ray.cluster_utils import Cluster
+
+    runs.mkdir()
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "resources": {"learner_node": 1},
+                                                            "include_dashboard": True})
+    nodes = [RolloutNode(cluster.address, {"rollout_node": 1}, runs, tmp_path / f"view-{name}",
+                         range(21000 + 1000 * index, 21000 + 1000 * index + 200)) for index, name in enumerate("ab")]
+    return cluster, nodes
+
+
 def _files_under(root: Path) -> list[str]:
     return sorted(str(path.relative_to(root)) for path in root.rglob("*"))
 
 
-@pytest.mark.parametrize("num_readers", [0])
-def test_rollout_nodes_without_the_drivers_disk_train_through_the_object_store(tmp_path: Path, num_readers: int):
-    from ray.cluster_utils import Cluster
+def test_rollout_nodes_without_the_drivers_disk_train_through_the_object_store(tmp_path: Path):
     from ray.util.state import list_actors
 
     reason = _mount_namespaces_work()
     if reason:
         pytest.skip(reason)
-    runs = tmp_path / "runs"
-    runs.mkdir()
-    log = tmp_path / "placement.jsonl"
-    config = tmp_path / "cluster_config.py"
-    config.write_text(textwrap.dedent(CONFIG.format(log=str(log), num_readers=num_readers, iterations=6)))
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "resources": {"learner_node": 1},
-                                                            "include_dashboard": True})
-    nodes = [RolloutNode(cluster.address, {"rollout_node": 1}, runs, tmp_path / f"view-{name}",
-                         range(21000 + 1000 * index, 21000 + 1000 * index + 200)) for index, name in enumerate("ab")]
+    runs, log = tmp_path / "runs", tmp_path / "placement.jsonl"
+    config = write_cluster_config(tmp_path / "cluster_config.py", log, iterations=6, video_interval=2)
+    cluster, nodes = _head_and_two_rollout_nodes(runs, tmp_path)
     try:
         head = cluster.head_node.node_id
         rollout_nodes = _wait_for_nodes(cluster.address, 3) - {head}
@@ -202,20 +168,12 @@ def _wait_for(what: str, condition, timeout: float = 180.0) -> None:
 
 
 def test_a_dead_rollout_node_loses_its_slot_until_a_node_joins_and_the_fragments_it_held_are_counted(tmp_path):
-    from ray.cluster_utils import Cluster
-
     reason = _mount_namespaces_work()
     if reason:
         pytest.skip(reason)
-    runs = tmp_path / "runs"
-    runs.mkdir()
-    log = tmp_path / "placement.jsonl"
-    config = tmp_path / "cluster_config.py"
-    config.write_text(textwrap.dedent(CONFIG.format(log=str(log), num_readers=0, iterations=100_000)))
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "resources": {"learner_node": 1},
-                                                            "include_dashboard": True})  # the state API's server
-    nodes = [RolloutNode(cluster.address, {"rollout_node": 1}, runs, tmp_path / f"view-{name}",
-                         range(21000 + 1000 * index, 21000 + 1000 * index + 200)) for index, name in enumerate("ab")]
+    runs, log = tmp_path / "runs", tmp_path / "placement.jsonl"
+    config = write_cluster_config(tmp_path / "cluster_config.py", log, iterations=100_000)
+    cluster, nodes = _head_and_two_rollout_nodes(runs, tmp_path)
     stdout, stderr = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
     process = None
     try:

@@ -11,58 +11,18 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
+from cluster_config import write_cluster_config
 
 pytestmark = pytest.mark.ray
-
-CONFIG = '''
-import functools, json, os
-
-from craftrl.envs.testing import ScriptedEnv
-from craftrl.policies import default_policy_generator
-
-PLACEMENT_LOG = {log!r}
-env_generator = functools.partial(ScriptedEnv, episode_length=6)
-
-
-def policy_generator():
-    import ray
-
-    if ray.is_initialized():
-        context = ray.get_runtime_context()
-        record = {{"node": context.get_node_id(), "pid": os.getpid(),
-                   "resources": context.get_assigned_resources()}}
-        with open(PLACEMENT_LOG, "a") as log:
-            log.write(json.dumps(record) + "\\n")
-    return default_policy_generator(num_actions=2, image_shape=(8, 8, 3), hidden_size=16, channels=(4, 4, 4))
-
-
-online_dict = {{
-    "detach_rollout_manager": False,
-    "rollout_config": {{
-        "num_rollout_workers": 2, "num_cpus_per_worker": 0.5, "fragment_length": 8,
-        "resources_per_worker": {{"rollout_node": 1}},
-        "worker_config": {{"num_envs": 2, "batch_size": 2}},
-        "replay_buffer_config": {{"max_chunks": 32, "max_staleness": 3,
-                                  "database_config": {{"num_shards": 1, "max_fragment_bytes": 1048576}}}},
-    }},
-    "train_config": {{"num_workers": 1, "num_cpus_per_worker": 1, "resources_per_worker": {{"learner_node": 1}},
-                      "num_iterations": 4, "batch_size_per_gpu": 2, "batches_per_iteration": 2,
-                      "context_length": 4, "save_interval": 2, "num_readers": 0}},
-    "logger_config": {{"name": "multinode", "console_interval": 0}},
-}}
-'''
-
 
 def test_rollout_workers_and_learner_run_on_the_nodes_the_config_names(tmp_path: Path):
     from ray.cluster_utils import Cluster
 
     log = tmp_path / "placement.jsonl"
-    config = tmp_path / "multinode_config.py"
-    config.write_text(textwrap.dedent(CONFIG.format(log=str(log))))
+    config = write_cluster_config(tmp_path / "multinode_config.py", log)
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
     try:
         rollout_node = cluster.add_node(num_cpus=2, resources={"rollout_node": 2})
@@ -89,8 +49,7 @@ def test_rollout_workers_and_learner_run_on_the_nodes_the_config_names(tmp_path:
 def test_a_cluster_without_the_named_resources_is_one_clear_error(tmp_path: Path):
     from ray.cluster_utils import Cluster
 
-    config = tmp_path / "multinode_config.py"
-    config.write_text(textwrap.dedent(CONFIG.format(log=str(tmp_path / "placement.jsonl"))))
+    config = write_cluster_config(tmp_path / "multinode_config.py", tmp_path / "placement.jsonl")
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 4, "include_dashboard": False})
     try:
         result = subprocess.run(

@@ -1,0 +1,53 @@
+"""The config module the cluster tests run: rollout workers on ``rollout_node`` nodes, the learner on a
+``learner_node`` node, and every process that builds a policy writes down its node and the resources Ray gave it
+(one JSON line in ``placement_log``), which is how a test sees where things ran."""
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+TEMPLATE = '''
+import functools, json, os
+
+from craftrl.envs.testing import ScriptedEnv
+from craftrl.policies import default_policy_generator
+
+PLACEMENT_LOG = {log!r}
+env_generator = functools.partial(ScriptedEnv, episode_length=6)
+
+
+def policy_generator():
+    import ray
+
+    if ray.is_initialized():
+        context = ray.get_runtime_context()
+        record = {{"node": context.get_node_id(), "pid": os.getpid(),
+                   "resources": context.get_assigned_resources()}}
+        with open(PLACEMENT_LOG, "a") as log:
+            log.write(json.dumps(record) + "\\n")
+    return default_policy_generator(num_actions=2, image_shape=(8, 8, 3), hidden_size=16, channels=(4, 4, 4))
+
+
+online_dict = {{
+    "detach_rollout_manager": False,
+    "rollout_config": {{
+        "num_rollout_workers": 2, "num_cpus_per_worker": 0.5, "fragment_length": 8,
+        "resources_per_worker": {{"rollout_node": 1}},
+        "worker_config": {{"num_envs": 2, "batch_size": 2}},
+        "replay_buffer_config": {{"max_chunks": 32, "max_staleness": 3,
+                                  "database_config": {{"num_shards": 1, "max_fragment_bytes": 1048576}}}},
+    }},
+    "train_config": {{"num_workers": 1, "num_cpus_per_worker": 1, "resources_per_worker": {{"learner_node": 1}},
+                      "num_iterations": {iterations}, "batch_size_per_gpu": 2, "batches_per_iteration": 2,
+                      "context_length": 4, "save_interval": 2, "num_readers": 0,
+                      "record_video_interval": {video_interval}}},
+    "logger_config": {{"name": "cluster", "console_interval": 0}},
+}}
+'''
+
+
+def write_cluster_config(path: Path, placement_log: Path, iterations: int = 4,
+                         video_interval: int | None = None) -> Path:
+    path.write_text(textwrap.dedent(TEMPLATE.format(log=str(placement_log), iterations=iterations,
+                                                    video_interval=video_interval)))
+    return path
