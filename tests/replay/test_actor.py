@@ -72,15 +72,20 @@ def test_write_sample_read_version_and_corruption_through_the_actor(ray_session,
     ray.kill(buffer)
 
 
-def test_a_batch_of_fragments_is_registered_in_one_call_in_its_order(ray_session, tmp_path, make_fragment):
-    """Consecutive fragments of one env in one batch must all be accepted: the buffer refuses an index that
-    arrives after a later one of the same env, so a batch registered out of order would lose fragments."""
-    ray = ray_session
+def _small_buffer(tmp_path) -> tuple[str, object]:
+    """A buffer of 8 chunks of one fragment each, used once, under a name of its own; returns (name, handle)."""
     settings = BufferSettings(max_chunks=8, max_reuse=1, max_staleness=4, fragments_per_report=100,
                               store=StoreSettings(path=str(tmp_path / "db"), num_shards=2,
                                                   max_fragment_bytes=1 << 16))
     name = f"replay-{uuid.uuid4().hex[:8]}"
-    buffer = start_replay_buffer(settings, name=name)
+    return name, start_replay_buffer(settings, name=name)
+
+
+def test_a_batch_of_fragments_is_registered_in_one_call_in_its_order(ray_session, tmp_path, make_fragment):
+    """Consecutive fragments of one env in one batch must all be accepted: the buffer refuses an index that
+    arrives after a later one of the same env, so a batch registered out of order would lose fragments."""
+    ray = ray_session
+    name, buffer = _small_buffer(tmp_path)
     writer = ReplayWriter.connect(name)
     calls = []
     handle_method = writer._buffer.add_fragments
@@ -129,11 +134,7 @@ def test_a_writer_off_the_stores_node_sends_its_records_through_the_actor(ray_se
     """The path of a rollout worker on another node: no LMDB handle in the writer, the buffer actor stores the
     records it is sent and registers them; a retried call stores and counts nothing twice."""
     ray = ray_session
-    settings = BufferSettings(max_chunks=8, max_reuse=1, max_staleness=4, fragments_per_report=100,
-                              store=StoreSettings(path=str(tmp_path / "db"), num_shards=2,
-                                                  max_fragment_bytes=1 << 16))
-    name = f"replay-{uuid.uuid4().hex[:8]}"
-    buffer = start_replay_buffer(settings, name=name)
+    name, buffer = _small_buffer(tmp_path)
     layout = ray.get(buffer.layout.remote())
     assert layout.node_id == ray.get_runtime_context().get_node_id()
     local = ReplayWriter.connect(name)
