@@ -22,6 +22,7 @@ SCRIPTS = [["env_throughput.py"], ["policy_inference.py"], ["learner_step.py"], 
            ["sampler.py", "--policy", "counting"], ["sampler.py"],
            # simulated clusters on this machine: fragments into the buffer, a VPT-2x policy out to 4 nodes (~12 GB)
            ["cluster_transport.py"], ["weight_broadcast.py", "--versions", "6"],
+           ["weight_broadcast.py", "--versions", "6", "--weights-dtype", "float16"],
            ["gpu_vpt.py"],  # GPU only: skipped without CUDA
            # learning runs: about 5 minutes and then 3 x 20 minutes
            ["cartpole_steps.py", "--seeds", "0", "1", "2", "--write-results"],

@@ -7,7 +7,8 @@ built from the layout in shared/vpt with random weights). Publishing goes throug
 in each worker (fetch on a thread of its own, then ``load_state_dict``). The figure is the wall time from the
 publish call until the last worker reports the version applied, per version, over ``--versions`` versions.
 The nodes share this machine's memory bus and 2 cores, so it is the cost of the copies and the loads, not of a
-network. Writes bench/results/weight_broadcast.md; the last line is ``P10 vpt2x_broadcast_s=<median>``.
+network. Writes bench/results/weight_broadcast.md (``_float16.md`` with ``--weights-dtype float16``); the last
+line is ``P10 vpt2x_broadcast_s=<median>`` (``vpt2x_broadcast_float16_s``).
 
     .venv/bin/python bench/weight_broadcast.py [--nodes 4] [--versions 3]
 """
@@ -24,7 +25,7 @@ from pathlib import Path
 
 from machine import describe_machine
 
-RESULTS = Path(__file__).resolve().parent / "results" / "weight_broadcast.md"
+RESULTS = Path(__file__).resolve().parent / "results"
 
 
 class PolicyHolder:
@@ -65,6 +66,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--nodes", type=int, default=4)
     parser.add_argument("--versions", type=int, default=3)
+    parser.add_argument("--weights-dtype", choices=("float32", "float16"), default="float32",
+                        help="rollout_config.weights_dtype: float16 sends the parameters in half precision")
     args = parser.parse_args()
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -91,7 +94,8 @@ def main() -> None:
         parameters = sum(p.numel() for p in learner.parameters())
         nbytes = sum(t.numel() * t.element_size() for t in learner.state_dict().values())
         manager = ray.remote(Fanout).options(num_cpus=0).remote(holders)
-        publisher = WeightPublisher(manager)
+        half = [name for name, _ in learner.named_parameters()] if args.weights_dtype == "float16" else []
+        publisher = WeightPublisher(manager, half_precision=half)
         for version in range(args.versions):
             with torch.no_grad():
                 for parameter in learner.parameters():
@@ -109,17 +113,18 @@ def main() -> None:
     median = statistics.median(total for _, total in timings)
     command = "python bench/weight_broadcast.py " + " ".join(sys.argv[1:])
     lines = [
-        "## Weight broadcast: a VPT-2x-sized policy to rollout nodes", "",
+        f"## Weight broadcast: a VPT-2x-sized policy to rollout nodes ({args.weights_dtype})", "",
         f"`{command.strip()}`, {datetime.date.today().isoformat()}, {describe_machine()}. "
         f"One machine plays the head and {args.nodes} rollout nodes; the policy has {parameters / 1e6:.1f} M "
-        f"parameters, {nbytes / 1e9:.2f} GB in float32. Seconds from `WeightPublisher.publish` until every node's "
-        "worker has loaded the version into its policy.", "",
+        f"parameters, {nbytes / 1e9:.2f} GB in float32, published as {args.weights_dtype}. Seconds from "
+        "`WeightPublisher.publish` until every node's worker has loaded the version into its policy.", "",
         "| version | ray.put s | all nodes loaded s |", "|---:|---:|---:|",
         *[f"| {version} | {put:.2f} | {total:.2f} |" for version, (put, total) in enumerate(timings)],
         "", f"Median: {median:.2f} s.", ""]
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text("\n".join(lines))
-    print(f"P10 vpt2x_broadcast_s={median:.2f}")
+    suffix = "" if args.weights_dtype == "float32" else f"_{args.weights_dtype}"
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"weight_broadcast{suffix}.md").write_text("\n".join(lines))
+    print(f"P10 vpt2x_broadcast{suffix}_s={median:.2f}")
 
 
 if __name__ == "__main__":

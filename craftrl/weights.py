@@ -7,7 +7,10 @@
   a worker that is behind fetches only the newest version and never a superseded one, and no actor method waits
   on a fetch (a 1 GB VPT-2x state dict takes seconds to cross a network; the manager's health checks must not).
 
-When a newer version is published, nothing holds the older object any more and Ray frees it. Tensors travel as
+When a newer version is published, nothing holds the older object any more and Ray frees it. With
+``rollout_config.weights_dtype: float16`` the parameters travel in half precision (half the bytes; buffers stay
+float32), which moves the rollout's log-probs by far less than :data:`HALF_PRECISION_LOGP_TOLERANCE` (measured
+at most 3e-4 on the default config's policy with a peaked action head, 5e-5 on VPT-2x). Tensors travel as
 numpy arrays where numpy has their dtype: Ray then hands every process on a node a view of the node's one copy in
 the object store instead of unpickling a copy per process (a VPT-2x version is 1 GB), and ``load_state_dict``
 copies them into the policy.
@@ -18,19 +21,23 @@ from __future__ import annotations
 import threading
 import time
 import warnings
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 import torch
 
 StateDict = dict[str, torch.Tensor]
+HALF_PRECISION_LOGP_TOLERANCE = 1e-3  # largest |log-prob change| float16 parameters may cause (tests/rollout)
 
 
 class WeightPublisher:
     """Rank 0 of the trainer: one object-store copy per version, offered to the rollout manager."""
 
-    def __init__(self, manager: Any) -> None:
+    def __init__(self, manager: Any, half_precision: Iterable[str] = ()) -> None:
+        """``half_precision``: names of the float32 tensors to send as float16 (the policy's parameters when
+        ``rollout_config.weights_dtype`` is ``float16``)."""
         self._manager = manager
+        self._half = frozenset(half_precision)
         self.latest: tuple[int, Any] | None = None  # (version, ref): keeps the newest object alive
 
     def publish(self, version: int, state_dict: StateDict) -> float:
@@ -40,7 +47,7 @@ class WeightPublisher:
         import ray
 
         started = time.monotonic()
-        ref = ray.put({name: _shareable(tensor.detach().cpu()) for name, tensor in state_dict.items()})
+        ref = ray.put(publishable(state_dict, self._half))
         self.latest = (int(version), ref)
         if self._manager is not None:
             self._manager.update_weights.remote(int(version), [ref])  # wrapped: Ray must not resolve it here
@@ -102,7 +109,7 @@ class NewestWeights:
                 self._offered = None
             started = time.monotonic()
             try:
-                state_dict = _tensors(refs[0] if isinstance(refs[0], dict) else ray.get(refs[0]))
+                state_dict = received(refs[0] if isinstance(refs[0], dict) else ray.get(refs[0]))
                 self.fetches += 1
                 self._apply(version, state_dict)
             except Exception as error:  # a version that cannot be loaded: keep acting with the last one
@@ -115,14 +122,24 @@ class NewestWeights:
                 self._changed.notify_all()
 
 
+def publishable(state_dict: StateDict, half_precision: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """What goes into the object store: CPU arrays, float16 for the float32 tensors named in ``half_precision``."""
+    def prepared(name: str, tensor: torch.Tensor) -> torch.Tensor:
+        tensor = tensor.detach().cpu()
+        return tensor.half() if name in half_precision and tensor.dtype == torch.float32 else tensor
+
+    return {name: _shareable(prepared(name, tensor)) for name, tensor in state_dict.items()}
+
+
 def _shareable(tensor: torch.Tensor) -> np.ndarray | torch.Tensor:
     """A numpy view of ``tensor`` where numpy has its dtype (bfloat16 has none: it stays a tensor)."""
     return tensor.numpy() if tensor.dtype != torch.bfloat16 else tensor
 
 
-def _tensors(state_dict: dict[str, Any]) -> StateDict:
-    """Tensors over the received arrays, without copying. The arrays are read-only views of the object store,
-    which torch warns about; nothing writes to them (``load_state_dict`` copies from them)."""
+def received(state_dict: dict[str, Any]) -> StateDict:
+    """The tensors a worker loads from what :func:`publishable` put into the object store, without copying. The
+    arrays are read-only views of the object store, which torch warns about; nothing writes to them
+    (``load_state_dict`` copies from them, into the policy's own dtype)."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
         return {name: torch.from_numpy(value) if isinstance(value, np.ndarray) else value

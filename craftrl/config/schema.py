@@ -112,6 +112,7 @@ class RolloutConfig:
     num_cpus_per_worker: float = key(1.0, "CPUs reserved per rollout worker in Ray's accounting.", NON_NEGATIVE)
     resources_per_worker: Optional[dict[str, float]] = key(None, "Custom Ray resources each rollout worker requires, e.g. {rollout_node: 1} to place workers on nodes started with that resource; a local Ray declares what the run needs.")
     fragment_length: int = key(256, "Env steps per fragment, the unit sent from rollout to the replay buffer.", AT_LEAST_ONE)
+    weights_dtype: str = key("float32", "Precision of the policy parameters the trainer publishes to rollout workers each version; 'float16' halves the bytes each version puts on the network (VPT-2x: 0.99 -> 0.50 GB), and the workers load them into their float32 policy. Buffers (e.g. the value normaliser's statistics) stay float32. The rollout's log-probs move by at most 1e-3 (craftrl.weights.HALF_PRECISION_LOGP_TOLERANCE, tested).", one_of("float32", "float16"))
     to_send_queue_size: int = key(1, "Fragments a worker may hold waiting to be sent; when full the worker waits (backpressure).", AT_LEAST_ONE)
     worker_config: WorkerConfig = section(WorkerConfig, "Settings of each rollout worker and its env processes.")
     replay_buffer_config: ReplayBufferConfig = section(ReplayBufferConfig, "Replay buffer capacity, reuse and staleness limits.")

@@ -118,7 +118,9 @@ class _Run:
         self.readers = ReaderPool(self.replay, num_readers=reader_actors(train.num_readers, self.replay),
                                   num_cpus_per_reader=train.num_cpus_per_reader,
                                   prefetch_batches=train.prefetch_batches)
-        self.publisher = WeightPublisher(self.manager) if self.rank == 0 else None
+        half = self.online.rollout_config.weights_dtype == "float16"
+        parameters = [name for name, _ in self.learner.policy.named_parameters()] if half else []
+        self.publisher = WeightPublisher(self.manager, half_precision=parameters) if self.rank == 0 else None
         sink = find(METRICS)
         self.metrics = MetricsClient(sink) if sink is not None and self.rank == 0 else None
         self.started = time.monotonic()

@@ -57,3 +57,57 @@ def test_offer_returns_while_a_load_is_in_progress_and_a_failed_load_keeps_the_l
         weights.close()
     assert applied == [1] and weights.applied_version == 1
     assert weights.error == "loading weights version 2: ValueError: shape mismatch"
+
+
+def _log_prob_change(policy, half_names: set[str], image_shape, batch: int, time: int) -> float:
+    """Largest change of the log-probs of sampled actions when ``policy`` loads its own weights as published
+    with ``half_names`` in float16."""
+    import copy
+
+    from craftrl.weights import publishable, received
+
+    loaded = copy.deepcopy(policy)
+    loaded.load_state_dict(received(publishable(policy.state_dict(), frozenset(half_names))))
+    generator = torch.Generator().manual_seed(0)
+    images = {"image": torch.randint(0, 256, (batch, time, *image_shape), dtype=torch.uint8, generator=generator)}
+    first = torch.zeros(batch, time, dtype=torch.bool)
+    first[:, 0] = True
+    with torch.no_grad():
+        exact, _ = policy(input=images, state_in=policy.initial_state(batch), first=first)
+        rounded, _ = loaded(input=images, state_in=loaded.initial_state(batch), first=first)
+        torch.manual_seed(1)
+        actions = policy.pi_head.sample(exact["pi_logits"])
+        change = (policy.pi_head.logprob(actions, exact["pi_logits"])
+                  - policy.pi_head.logprob(actions, rounded["pi_logits"]))
+    return float(change.abs().max())
+
+
+def test_half_precision_weights_publish_parameters_as_float16_and_keep_buffers():
+    from craftrl.policies import default_policy_generator
+    from craftrl.weights import publishable, received
+
+    policy = default_policy_generator(encoder="tiles", channels=(16, 16), hidden_size=128, recurrent="lstm")
+    parameters = {name for name, _ in policy.named_parameters()}
+    sent = received(publishable(policy.state_dict(), frozenset(parameters)))
+    assert all(sent[name].dtype == torch.float16 for name in parameters)
+    buffers = set(sent) - parameters
+    assert buffers and all(sent[name].dtype == policy.state_dict()[name].dtype for name in buffers)
+    assert all(value.dtype == torch.float32 for value in received(publishable(policy.state_dict())).values()
+               if value.is_floating_point())
+
+
+def test_half_precision_weights_move_the_rollouts_log_probs_less_than_the_stated_tolerance():
+    """The default config's policy with a peaked action head (as a trained one has) and a small VPT."""
+    from craftrl.policies import default_policy_generator
+    from craftrl.policies.vpt import vpt_tiny
+    from craftrl.weights import HALF_PRECISION_LOGP_TOLERANCE
+
+    torch.manual_seed(0)
+    default = default_policy_generator(encoder="tiles", channels=(16, 16), hidden_size=128, recurrent="lstm").eval()
+    with torch.no_grad():
+        default.pi_head.linear_layer.weight.mul_(100.0)
+    vpt = vpt_tiny().eval()
+    for policy, shape, batch, time in ((default, (64, 64, 3), 8, 16), (vpt, (128, 128, 3), 4, 8)):
+        names = {name for name, _ in policy.named_parameters()}
+        change = _log_prob_change(policy, names, shape, batch, time)
+        assert 0 < change <= HALF_PRECISION_LOGP_TOLERANCE, change
