@@ -48,9 +48,12 @@ def test_a_stop_kills_actors_that_never_answer_within_its_bound(ray_session):
     assert BOUND_S - 0.5 <= accounting["stop/rollout_manager_s"] <= BOUND_S + 3.0, accounting
     assert REPLAY_FINAL_S - 0.5 <= accounting["stop/replay_buffer_s"] <= REPLAY_FINAL_S + 3.0, accounting
     assert elapsed <= BOUND_S + REPLAY_FINAL_S + 5.0  # slack for a loaded CI machine
-    for actor in (manager, replay):
+    for actor in (manager, replay):  # ray.kill is asynchronous: a ping may still be answered while it lands
+        deadline = time.monotonic() + 30
         with pytest.raises(ray.exceptions.RayActorError):
-            ray.get(actor.ping.remote(), timeout=30)
+            while time.monotonic() < deadline:
+                ray.get(actor.ping.remote(), timeout=30)
+                time.sleep(0.2)
     for name in (ROLLOUT_MANAGER, REPLAY_BUFFER):
         with pytest.raises(ValueError):
             ray.get_actor(name)
