@@ -26,9 +26,11 @@ import os
 import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import lmdb
+
+from craftrl.system import current_node_id
 
 MANIFEST = "craftrl-replay-store.json"
 INDEX_FILE_PREFIX = "index-"  # the buffer actor's journal and snapshot (craftrl.replay.journal)
@@ -149,12 +151,6 @@ def _clear_existing(root: Path) -> None:
         raise ReplayStoreError(f"replay store path {root} holds unexpected files {leftovers}; not clearing them")
 
 
-def _current_node_id() -> str | None:
-    from craftrl.system import current_node_id
-
-    return current_node_id()
-
-
 def _key(fragment_id: int) -> bytes:
     return fragment_id.to_bytes(8, "big")
 
@@ -190,7 +186,7 @@ class FragmentStore:
     def __init__(self, layout: StoreLayout) -> None:
         self.layout = layout
         root = Path(layout.path)
-        here = _current_node_id()
+        here = current_node_id()
         if layout.node_id is not None and here is not None and here != layout.node_id:
             raise ReplayStoreError(
                 f"database_config.path {root}: the replay store is on Ray node {layout.node_id[:8]}, and this "
@@ -218,28 +214,20 @@ class FragmentStore:
             with self._env(fragment_id).begin(write=True) as txn:
                 return txn.put(_key(fragment_id), record, overwrite=overwrite)
         except lmdb.MapFullError as error:
-            raise ReplayStoreError(
-                f"replay store shard for fragment {fragment_id} is full ({self.layout.map_size_per_shard} bytes): "
-                f"fragments encode larger than database_config.max_fragment_bytes assumed; raise it"
-            ) from error
+            raise self._map_full(f"shard for fragment {fragment_id}") from error
         except lmdb.Error as error:
             raise ReplayStoreError(f"cannot write fragment {fragment_id} to {self.layout.path}: {error}") from error
 
     def put_new(self, records: Sequence[tuple[int, bytes]]) -> int:
         """Store each ``(fragment_id, record)`` whose id is not there yet, one transaction per shard; return how
         many were new. An id already present is a repeated write of the same record (a retried call)."""
-        by_shard: dict[int, list[tuple[int, bytes]]] = {}
-        for fragment_id, record in records:
-            by_shard.setdefault(fragment_id % len(self._envs), []).append((fragment_id, record))
         written = 0
-        try:
-            for shard, items in by_shard.items():
+        for shard, items in self._by_shard(records, key=lambda item: item[0]).items():
+            try:
                 with self._envs[shard].begin(write=True) as txn:
                     written += sum(bool(txn.put(_key(i), record, overwrite=False)) for i, record in items)
-        except lmdb.MapFullError as error:
-            raise ReplayStoreError(
-                f"replay store shard {shard} is full ({self.layout.map_size_per_shard} bytes): fragments encode "
-                f"larger than database_config.max_fragment_bytes assumed; raise it") from error
+            except lmdb.MapFullError as error:
+                raise self._map_full(f"shard {shard}") from error
         return written
 
     def get(self, fragment_id: int) -> bytes:
@@ -251,14 +239,23 @@ class FragmentStore:
 
     def delete_many(self, fragment_ids: Iterable[int]) -> int:
         """Delete the records that exist; return how many were deleted. One transaction per shard."""
-        by_shard: dict[int, list[int]] = {}
-        for fragment_id in fragment_ids:
-            by_shard.setdefault(fragment_id % len(self._envs), []).append(fragment_id)
         deleted = 0
-        for shard, ids in by_shard.items():
+        for shard, ids in self._by_shard(fragment_ids, key=lambda fragment_id: fragment_id).items():
             with self._envs[shard].begin(write=True) as txn:
                 deleted += sum(bool(txn.delete(_key(i))) for i in ids)
         return deleted
+
+    def _by_shard(self, items: Iterable[Any], key: Callable[[Any], int]) -> dict[int, list[Any]]:
+        """``items`` grouped by the shard of their fragment id ``key(item)``, each group in the given order."""
+        groups: dict[int, list[Any]] = {}
+        for item in items:
+            groups.setdefault(key(item) % len(self._envs), []).append(item)
+        return groups
+
+    def _map_full(self, where: str) -> ReplayStoreError:
+        return ReplayStoreError(
+            f"replay store {where} is full ({self.layout.map_size_per_shard} bytes): fragments encode larger than "
+            f"database_config.max_fragment_bytes assumed; raise it")
 
     def count(self) -> int:
         return sum(env.stat()["entries"] for env in self._envs)

@@ -99,11 +99,11 @@ def test_the_store_records_its_node_and_refuses_processes_on_other_nodes(tmp_pat
     layout = create_store(tmp_path / "db", num_shards=1, max_fragments=4, max_fragment_bytes=1024,
                           node_id="a" * 56)
     assert read_layout(tmp_path / "db").node_id == "a" * 56
-    monkeypatch.setattr(store_module, "_current_node_id", lambda: "a" * 56)
+    monkeypatch.setattr(store_module, "current_node_id", lambda: "a" * 56)
     FragmentStore(layout).close()
-    monkeypatch.setattr(store_module, "_current_node_id", lambda: None)  # outside Ray: tools and tests open it
+    monkeypatch.setattr(store_module, "current_node_id", lambda: None)  # outside Ray: tools and tests open it
     FragmentStore(layout).close()
-    monkeypatch.setattr(store_module, "_current_node_id", lambda: "b" * 56)
+    monkeypatch.setattr(store_module, "current_node_id", lambda: "b" * 56)
     with pytest.raises(ReplayStoreError, match=r"^database_config.path .*: the replay store is on Ray node aaaaaaaa, "
                                                r"and this process runs on node bbbbbbbb"):
         FragmentStore(layout)
