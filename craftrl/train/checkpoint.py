@@ -14,13 +14,14 @@ Layout: ``<save_path>/iter_<NNNNNNNN>/`` holding ``state.pt`` (everything below)
 
 from __future__ import annotations
 
+import io
 import os
 import random
 import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -76,26 +77,25 @@ def restore_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all([generator_state.cpu() for generator_state in cuda_states])
 
 
-def save_checkpoint(save_path: str | Path, training: TrainingState, *, model: dict[str, torch.Tensor],
-                    optimizer: dict[str, Any] | None, reference: dict[str, torch.Tensor] | None,
-                    scaler: dict[str, Any] | None = None, config_yaml: str = "") -> Path:
-    """Write one checkpoint atomically and return its directory."""
+def checkpoint_payload(training: TrainingState, *, model: dict[str, torch.Tensor], optimizer: dict[str, Any] | None,
+                       reference: dict[str, torch.Tensor] | None, scaler: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What ``state.pt`` holds (the RNG states are this process's, taken now)."""
+    return {"training": training.__dict__, "model": model, "optimizer": optimizer, "reference": reference,
+            "scaler": scaler, "rng": rng_state()}
+
+
+def write_checkpoint(save_path: str | Path, iteration: int, write_state: Callable[[Path], None],
+                     config_yaml: str = "") -> Path:
+    """Write one checkpoint directory atomically (``write_state`` writes ``state.pt`` at the path it is given)
+    and return it."""
     root = Path(save_path)
     root.mkdir(parents=True, exist_ok=True)
-    final = checkpoint_dir(root, training.iteration)
+    final = checkpoint_dir(root, iteration)
     staging = root / f".tmp-{final.name}-{os.getpid()}"
     if staging.exists():
         shutil.rmtree(staging)
     staging.mkdir()
-    payload = {
-        "training": training.__dict__,
-        "model": model,
-        "optimizer": optimizer,
-        "reference": reference,
-        "scaler": scaler,
-        "rng": rng_state(),
-    }
-    torch.save(payload, staging / STATE_FILE)
+    write_state(staging / STATE_FILE)
     (staging / "config.yaml").write_text(config_yaml)
     if final.exists():  # re-saving the same iteration (e.g. a final save after a periodic one)
         shutil.rmtree(final)
@@ -103,14 +103,25 @@ def save_checkpoint(save_path: str | Path, training: TrainingState, *, model: di
     return final
 
 
-def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """Read a checkpoint directory (or its ``state.pt``); raise ``FileNotFoundError``/``ValueError`` clearly."""
+def save_checkpoint(save_path: str | Path, training: TrainingState, *, model: dict[str, torch.Tensor],
+                    optimizer: dict[str, Any] | None, reference: dict[str, torch.Tensor] | None,
+                    scaler: dict[str, Any] | None = None, config_yaml: str = "") -> Path:
+    """Write one checkpoint atomically and return its directory."""
+    payload = checkpoint_payload(training, model=model, optimizer=optimizer, reference=reference, scaler=scaler)
+    return write_checkpoint(save_path, training.iteration, lambda path: torch.save(payload, path), config_yaml)
+
+
+def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu", *,
+                    data: bytes | None = None) -> dict[str, Any]:
+    """Read a checkpoint directory (or its ``state.pt``); raise ``FileNotFoundError``/``ValueError`` clearly.
+    ``data``: the bytes of its ``state.pt``, read on the node that has it (``path`` then only names it)."""
     path = Path(path)
-    state_file = path / STATE_FILE if path.is_dir() else path
-    if not state_file.is_file():
+    state_file = path / STATE_FILE if data is not None or path.is_dir() else path
+    if data is None and not state_file.is_file():
         raise FileNotFoundError(f"{path}: no checkpoint here (expected a directory holding {STATE_FILE})")
     try:
-        payload = torch.load(state_file, map_location=map_location, weights_only=False)
+        payload = torch.load(io.BytesIO(data) if data is not None else state_file, map_location=map_location,
+                             weights_only=False)
     except Exception as error:
         raise ValueError(f"{state_file}: unreadable checkpoint ({type(error).__name__}: {error})") from None
     if not isinstance(payload, dict) or "model" not in payload or "training" not in payload:

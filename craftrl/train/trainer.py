@@ -25,8 +25,8 @@ import torch
 
 from craftrl.config.loading import config_to_yaml
 from craftrl.config.validate import build_config
-from craftrl.train.checkpoint import (TrainingState, apply_retention, load_checkpoint, resolve_resume,
-                                      restore_rng_state, save_checkpoint)
+from craftrl.train.checkpoint import TrainingState, restore_rng_state
+from craftrl.train.home_checkpoints import HomeCheckpoints
 from craftrl.train.learner import PPOLearner, all_reduce, distributed, zero_value_output
 from craftrl.weights import WeightPublisher
 
@@ -87,6 +87,8 @@ class _Run:
         policy: torch.nn.Module = loop_config["policy_generator"]().to(self.device)
         reference = PPOLearner.make_reference(policy) if train.kl_divergence_coef_rho > 0 else None
         self.state = TrainingState(rho=train.kl_divergence_coef_rho)
+        self.checkpoints = HomeCheckpoints(train.save_path, loop_config.get("home_node"), train.keep_interval,
+                                           KEEP_LAST_CHECKPOINTS)
         resumed = self._maybe_resume(policy, reference)
         if not resumed and train.zero_initial_vf:
             zero_value_output(policy)
@@ -132,8 +134,7 @@ class _Run:
         self._payload: dict[str, Any] = {}
         if not self.train.resume:
             return False
-        path = resolve_resume(self.train.resume, self.train.save_path)
-        self._payload = load_checkpoint(path, map_location=self.device)
+        path, self._payload = self.checkpoints.load(self.train.resume, map_location=self.device)
         policy.load_state_dict(self._payload["model"])
         if reference is not None and self._payload.get("reference") is not None:
             reference.load_state_dict(self._payload["reference"])
@@ -222,12 +223,10 @@ class _Run:
         learner = self.learner
         self.state.rho = learner.rho
         self.state.extra["entropy_coef"] = learner.entropy_coef
-        save_checkpoint(self.train.save_path, self.state, model=learner.policy.state_dict(),
-                        optimizer=learner.optimizer.state_dict(),
-                        reference=learner.reference.state_dict() if learner.reference is not None else None,
-                        scaler=learner.scaler.state_dict() if learner.use_amp else None,
-                        config_yaml=self.config_yaml)
-        apply_retention(self.train.save_path, self.train.keep_interval, KEEP_LAST_CHECKPOINTS)
+        self.checkpoints.save(self.state, model=learner.policy.state_dict(), optimizer=learner.optimizer.state_dict(),
+                              reference=learner.reference.state_dict() if learner.reference is not None else None,
+                              scaler=learner.scaler.state_dict() if learner.use_amp else None,
+                              config_yaml=self.config_yaml)
 
     def close(self) -> None:
         self.readers.close()
@@ -302,9 +301,13 @@ def run_trainer(policy_generator: Callable[[], Any], online_config: dict[str, An
         resources["GPU"] = train.num_gpus_per_worker
     scaling = ScalingConfig(num_workers=train.num_workers, use_gpu=use_gpu,
                             resources_per_worker=resources if train.num_workers > 0 else None)
+    from craftrl.system import current_node_id
+
     trainer = TorchTrainer(
         train_loop_per_worker,
-        train_loop_config={"online": online_config, "policy_generator": policy_generator},
+        # home_node: where save_path is; a train worker on another node saves and loads checkpoints through it
+        train_loop_config={"online": online_config, "policy_generator": policy_generator,
+                           "home_node": current_node_id()},
         scaling_config=scaling,
         # a unique name: reusing one with the same storage path would make Ray Train "resume" it
         run_config=RunConfig(name=f"craftrl-{uuid.uuid4().hex[:8]}", storage_path=str(storage_path)),

@@ -23,6 +23,12 @@ def policy_generator():
         context = ray.get_runtime_context()
         record = {{"node": context.get_node_id(), "pid": os.getpid(),
                    "resources": context.get_assigned_resources()}}
+        try:  # a train worker also writes down its rank
+            import ray.train
+
+            record["rank"] = ray.train.get_context().get_world_rank()
+        except Exception:
+            pass
         with open(PLACEMENT_LOG, "a") as log:
             log.write(json.dumps(record) + "\\n")
     return default_policy_generator(num_actions=2, image_shape=(8, 8, 3), hidden_size=16, channels=(4, 4, 4))
@@ -37,7 +43,7 @@ online_dict = {{
         "replay_buffer_config": {{"max_chunks": 32, "max_staleness": 3,
                                   "database_config": {{"num_shards": 1, "max_fragment_bytes": 1048576}}}},
     }},
-    "train_config": {{"num_workers": 1, "num_cpus_per_worker": 1, "resources_per_worker": {{"learner_node": 1}},
+    "train_config": {{"num_workers": {train_workers}, "num_cpus_per_worker": 1, "resources_per_worker": {{"learner_node": 1}},
                       "num_iterations": {iterations}, "batch_size_per_gpu": 2, "batches_per_iteration": 2,
                       "context_length": 4, "save_interval": 2, "num_readers": 0,
                       "record_video_interval": {video_interval}}},
@@ -47,7 +53,7 @@ online_dict = {{
 
 
 def write_cluster_config(path: Path, placement_log: Path, iterations: int = 4,
-                         video_interval: int | None = None) -> Path:
+                         video_interval: int | None = None, train_workers: int = 1) -> Path:
     path.write_text(textwrap.dedent(TEMPLATE.format(log=str(placement_log), iterations=iterations,
-                                                    video_interval=video_interval)))
+                                                    video_interval=video_interval, train_workers=train_workers)))
     return path

@@ -212,3 +212,56 @@ def test_a_dead_rollout_node_loses_its_slot_until_a_node_joins_and_the_fragments
     assert counts[3] == 0, "the dead node's worker is booked under the node's loss, not as a replaced worker"
     for node in nodes:
         assert _files_under(node.view) == [], node.view
+
+
+def _train(config: Path, runs: Path, address: str, *overrides: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "craftrl.cli.main", "train", str(config), f"output_root={runs}", *overrides,
+         "--address", address],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
+
+
+def test_ddp_across_two_nodes_one_without_the_store_trains_checkpoints_and_resumes_on_the_drivers_disk(tmp_path):
+    """Two train workers: one on the head with the store, one on a node that cannot see the run directory. That
+    one reads its chunks through a reader actor on the store's node, and whichever rank saves, the checkpoints
+    reach the driver's disk; on resume, every rank loads the checkpoint from there."""
+    from ray.cluster_utils import Cluster
+    from ray.util.state import list_actors
+
+    reason = _mount_namespaces_work()
+    if reason:
+        pytest.skip(reason)
+    runs, log = tmp_path / "runs", tmp_path / "placement.jsonl"
+    runs.mkdir()
+    config = write_cluster_config(tmp_path / "cluster_config.py", log, iterations=4, train_workers=2)
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "resources": {"learner_node": 1},
+                                                            "include_dashboard": True})
+    node = RolloutNode(cluster.address, {"learner_node": 1, "rollout_node": 2}, runs, tmp_path / "view",
+                       range(21000, 21200))
+    try:
+        head = cluster.head_node.node_id
+        (other,) = _wait_for_nodes(cluster.address, 2) - {head}
+        first = _train(config, runs, cluster.address)
+        actors = list_actors(address=cluster.address, detail=True, limit=1000, raise_on_missing_output=False)
+        resumed = _train(config, runs, cluster.address, "train_config.resume=latest",
+                         "train_config.num_iterations=6") if first.returncode == 0 else None
+    finally:
+        node.stop()
+        cluster.shutdown()
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-4000:]
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-4000:]
+
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    ranks = {r["rank"]: r["node"] for r in records if "learner_node" in r["resources"]}
+    assert set(ranks.values()) == {head, other} and set(ranks) == {0, 1}, records
+    readers = {actor.node_id for actor in actors if actor.class_name == "ChunkReader"}
+    assert readers == {head}, "the rank off the store's node reads through a reader actor beside the store"
+
+    (run_dir,) = runs.iterdir()  # the resumed run continued the same directory
+    assert "resuming from" in resumed.stdout and str(run_dir) in resumed.stdout
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [m["train/iteration"] for m in metrics if "train/iteration" in m] == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+    assert {p.name for p in (run_dir / "checkpoints").iterdir()} == {"iter_00000002", "iter_00000004",
+                                                                    "iter_00000006"}, \
+        "saved on the driver's disk, whichever node rank 0 was on"
+    assert _files_under(node.view) == [], (ranks, _files_under(node.view))
