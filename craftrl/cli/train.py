@@ -12,6 +12,7 @@ from craftrl.config.loading import LoadedConfig
 from craftrl.config.schema import OnlineConfig
 from craftrl.ray_bootstrap import ClusterResourceError, ray_init
 from craftrl.replay.config import encoded_fragment_bound
+from craftrl.replay.store import ReplayStoreError
 from craftrl.rollout.start import format_accounting, format_stop_times
 from craftrl.run_dir import ResumeTarget, RunDirectory, find_resume_target
 from craftrl.train.trainer import RolloutFailedError
@@ -55,7 +56,7 @@ def train_command(loaded: LoadedConfig) -> int:
         return EXIT_BAD_INPUT
     sink = None
     interrupted = False
-    rollout_failure = None
+    failure = None
     accounting = None
     stop_on_sigterm()
     try:
@@ -67,8 +68,8 @@ def train_command(loaded: LoadedConfig) -> int:
         interrupted = True
         print("craftrl: interrupted; stopping rollout workers and env processes", file=sys.stderr, flush=True)
     except Exception as error:
-        rollout_failure = _rollout_failure(error)
-        if rollout_failure is None:
+        failure = _run_failure(error)
+        if failure is None:
             raise
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -84,10 +85,10 @@ def train_command(loaded: LoadedConfig) -> int:
             print(f"craftrl: stopped in {time.monotonic() - stopping:.1f} s ({stop_times}{', ' if stop_times else ''}"
                   f"ray shutdown {time.monotonic() - metrics_closed:.1f} s)", file=sys.stderr, flush=True)
     checkpoints = list_checkpoints(config.train_config.save_path)
-    if rollout_failure is not None:
-        print(f"craftrl: error: rollout: {rollout_failure} (worker logs: {run_dir.root / 'logs'} and "
+    if failure is not None:
+        print(f"craftrl: error: {failure} (worker logs: {run_dir.root / 'logs'} and "
               "/tmp/ray/session_latest/logs)", file=sys.stderr)
-    print(f"craftrl: {'stopped' if interrupted else 'failed' if rollout_failure else 'done'}. "
+    print(f"craftrl: {'stopped' if interrupted else 'failed' if failure else 'done'}. "
           f"run directory: {run_dir.root}")
     if accounting:
         print(f"craftrl:   fragments: {format_accounting(accounting)}")
@@ -101,7 +102,7 @@ def train_command(loaded: LoadedConfig) -> int:
     if checkpoints:
         print(f"craftrl:   latest checkpoint: {checkpoints[-1][1]}")
     print(f"craftrl:   videos: {config.rollout_config.worker_config.video_output_dir}")
-    if rollout_failure is not None:
+    if failure is not None:
         return EXIT_RUN_FAILED
     return EXIT_INTERRUPTED if interrupted else 0
 
@@ -116,20 +117,28 @@ def _close_metrics_sink(sink) -> None:
         print(f"craftrl: warning: the metrics sink did not close cleanly: {error}", file=sys.stderr)
 
 
-def _rollout_failure(error: BaseException) -> str | None:
-    """The rollout side's one-line reason when ``error`` is the trainer giving up on it, else None.
+# The errors that end a run for a reason outside the trainer, and the part of the system they name.
+_RUN_FAILURES = {RolloutFailedError: "rollout", ReplayStoreError: "replay"}
+
+
+def _run_failure(error: BaseException) -> str | None:
+    """``"<part>: <one-line reason>"`` when ``error`` is the trainer stopping for the rollout side (no worker can
+    run) or the replay store (its disk), else None.
 
     Ray Train may wrap the trainer's exception, so both the exception chain and its text are searched.
     """
     seen: BaseException | None = error
     while seen is not None:
-        if isinstance(seen, RolloutFailedError):
-            return str(seen)
+        for kind, part in _RUN_FAILURES.items():
+            if isinstance(seen, kind):  # a Ray task's error keeps what was raised in ``cause``, without traceback
+                reason = getattr(seen, "cause", None) or seen
+                return f"{part}: " + str(reason).strip().splitlines()[0]
         seen = seen.__cause__ or seen.__context__
     text = str(error)
-    marker = f"{RolloutFailedError.__name__}: "
-    if marker in text:
-        return text.split(marker, 1)[1].strip().splitlines()[0]
+    for kind, part in _RUN_FAILURES.items():
+        marker = f"{kind.__name__}: "
+        if marker in text:
+            return f"{part}: " + text.split(marker, 1)[1].strip().splitlines()[0]
     return None
 
 

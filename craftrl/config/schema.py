@@ -72,7 +72,7 @@ UNIT_INTERVAL = between(0.0, 1.0)
 class DatabaseConfig:
     path: str = key("replay_buffer", "Directory of the LMDB replay store; relative paths resolve inside the run directory.")
     num_shards: int = key(8, "Number of LMDB shards (separate environments) the fragments are spread over.", AT_LEAST_ONE)
-    max_fragment_bytes: Optional[int] = key(None, "Largest encoded fragment in bytes; sizes the LMDB map and the free-disk check at start. None: craftrl train sizes it from the env's first observation, the policy's recurrent state and fragment_length (the raw size plus zstd's worst case, so any fragment fits); without that probe (preflight off, the Python API) 4 MiB.", AT_LEAST_ONE)
+    max_fragment_bytes: Optional[int] = key(None, "Largest encoded fragment in bytes; sizes the LMDB map (sparse: it takes no disk) and the room the disk must have at start for the first fragments, from whose encoded sizes the buffer then projects whether the full store fits. None: craftrl train sizes it from the env's first observation, the policy's recurrent state and fragment_length (the raw size plus zstd's worst case, so any fragment fits); without that probe (preflight off, the Python API) 4 MiB.", AT_LEAST_ONE)
     compression_level: int = key(3, "zstd level for stored fragments (1 fastest, 22 smallest).", between(1, 22))
 
 

@@ -23,9 +23,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Sequence
 
 from craftrl.replay.config import BufferSettings
+from craftrl.replay.disk_guard import DiskGuard
 from craftrl.replay.journal import JournaledPolicy
 from craftrl.replay.policy import BufferPolicy, ChunkDescriptor, FragmentMeta
-from craftrl.replay.store import FragmentStore, StoreLayout, create_store, read_layout
+from craftrl.replay.store import FragmentStore, ReplayStoreError, StoreLayout, create_store, read_layout
 from craftrl.system import REPLAY_BUFFER, current_node_id, restarted_by_ray
 logger = logging.getLogger(__name__)
 
@@ -49,6 +50,7 @@ class ReplayBufferActor:
                                         store.max_fragment_bytes, store.compression_level, current_node_id())
             self._store = FragmentStore(self._layout)
             self._policy = JournaledPolicy.create(BufferPolicy.from_settings(settings), self._layout.path)
+        self._disk = DiskGuard(self._layout.path, settings.max_live_fragments)
         self._deleter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="replay-delete")
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="replay-write")
         self.remote_records_written = 0
@@ -77,6 +79,10 @@ class ReplayBufferActor:
     async def add_fragments(self, metas: Sequence[FragmentMeta]) -> None:
         """Register fragments whose records the caller has already put into the store."""
         report_due = self._policy.add(metas)
+        if self._disk.error is None:
+            self._disk.written(meta.stored_nbytes for meta in metas)
+            if self._disk.error is not None:
+                logger.error("replay buffer: %s", self._disk.error)
         if report_due:
             self._report()
         self._delete_released()
@@ -98,7 +104,10 @@ class ReplayBufferActor:
         await self.add_fragments(metas)
 
     async def sample_chunks(self, n_chunks: int, timeout_s: float = 600.0) -> list[ChunkDescriptor]:
-        """``n_chunks`` distinct fresh chunks; wait for rollouts up to ``timeout_s``, then raise TimeoutError."""
+        """``n_chunks`` distinct fresh chunks; wait for rollouts up to ``timeout_s``, then raise TimeoutError.
+        Raises ``ReplayStoreError`` once the store is projected not to fit on its disk: the run stops then."""
+        if self._disk.error is not None:
+            raise ReplayStoreError(self._disk.error)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         condition = self._condition()

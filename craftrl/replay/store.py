@@ -30,6 +30,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import lmdb
 
+from craftrl.replay.disk_guard import FIRST_CHECK_AFTER
 from craftrl.system import current_node_id
 
 MANIFEST = "craftrl-replay-store.json"
@@ -67,7 +68,9 @@ def create_store(path: str | os.PathLike, num_shards: int, max_fragments: int, m
                  compression_level: int = 3, node_id: str | None = None) -> StoreLayout:
     """Clear any earlier store at ``path`` and lay out a fresh one sized for ``max_fragments`` records.
 
-    ``node_id``: the Ray node creating it (the buffer actor's); only processes on that node may open it."""
+    The disk must have room for the first records the buffer writes before it projects the full store from their
+    encoded sizes (:mod:`craftrl.replay.disk_guard`). ``node_id``: the Ray node creating it (the buffer actor's);
+    only processes on that node may open it."""
     root = Path(path).expanduser().resolve()
     needed = expected_store_bytes(max_fragments, max_fragment_bytes)
     _clear_existing(root)
@@ -78,12 +81,13 @@ def create_store(path: str | os.PathLike, num_shards: int, max_fragments: int, m
             f"database_config.path {root} is on a network file system ({network}); LMDB needs a disk local to the "
             f"replay buffer's node: choose a local directory")
     free = shutil.disk_usage(root).free
-    if needed > free:
+    first = min(max_fragments, FIRST_CHECK_AFTER)
+    if first * max_fragment_bytes > free:
         raise ReplayStoreError(
-            f"replay store at {root} needs {needed / 2**30:.2f} GiB ({max_fragments} fragments x "
-            f"{max_fragment_bytes / _MIB:.2f} MiB max_fragment_bytes) but the disk has {free / 2**30:.2f} GiB "
-            f"free; lower replay_buffer_config.max_chunks or database_config.max_fragment_bytes, or move "
-            f"database_config.path to a bigger disk"
+            f"replay store at {root} needs {first * max_fragment_bytes / 2**30:.2f} GiB free to start ({first} "
+            f"fragments x {max_fragment_bytes / _MIB:.2f} MiB max_fragment_bytes) but the disk has "
+            f"{free / 2**30:.2f} GiB free; lower database_config.max_fragment_bytes or move database_config.path "
+            f"to a bigger disk"
         )
     per_shard = math.ceil(_MAP_SLACK * needed / num_shards) + 16 * _MIB
     per_shard = -(-per_shard // os.sysconf("SC_PAGE_SIZE")) * os.sysconf("SC_PAGE_SIZE")

@@ -77,8 +77,9 @@ def restore_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all([generator_state.cpu() for generator_state in cuda_states])
 
 
-def checkpoint_payload(training: TrainingState, *, model: dict[str, torch.Tensor], optimizer: dict[str, Any] | None,
-                       reference: dict[str, torch.Tensor] | None, scaler: dict[str, Any] | None = None) -> dict[str, Any]:
+def checkpoint_payload(training: TrainingState, *, model: dict[str, torch.Tensor],
+                       optimizer: dict[str, Any] | None, reference: dict[str, torch.Tensor] | None,
+                       scaler: dict[str, Any] | None = None) -> dict[str, Any]:
     """What ``state.pt`` holds (the RNG states are this process's, taken now)."""
     return {"training": training.__dict__, "model": model, "optimizer": optimizer, "reference": reference,
             "scaler": scaler, "rng": rng_state()}

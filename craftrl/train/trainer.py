@@ -223,7 +223,8 @@ class _Run:
         learner = self.learner
         self.state.rho = learner.rho
         self.state.extra["entropy_coef"] = learner.entropy_coef
-        self.checkpoints.save(self.state, model=learner.policy.state_dict(), optimizer=learner.optimizer.state_dict(),
+        self.checkpoints.save(self.state, model=learner.policy.state_dict(),
+                              optimizer=learner.optimizer.state_dict(),
                               reference=learner.reference.state_dict() if learner.reference is not None else None,
                               scaler=learner.scaler.state_dict() if learner.use_amp else None,
                               config_yaml=self.config_yaml)

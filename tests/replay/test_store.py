@@ -56,9 +56,12 @@ def test_create_clears_an_earlier_store_but_not_foreign_data(tmp_path):
 def test_disk_too_small_is_a_clear_error(tmp_path, monkeypatch):
     usage = namedtuple("usage", "total used free")
     monkeypatch.setattr(store_module.shutil, "disk_usage", lambda _: usage(10 << 30, 9 << 30, 1 << 30))
-    with pytest.raises(ReplayStoreError, match="needs 4.69 GiB .*4800 fragments.*max_chunks"):
-        create_store(tmp_path, num_shards=2, max_fragments=4800, max_fragment_bytes=1 << 20)
-    assert not (tmp_path / MANIFEST).exists()
+    # the start asks for room for the fragments written before the full store is projected from their sizes
+    create_store(tmp_path / "fits", num_shards=2, max_fragments=4800, max_fragment_bytes=16 << 20)
+    with pytest.raises(ReplayStoreError, match="needs 1.06 GiB free to start .64 fragments x 17.00 MiB "
+                                                "max_fragment_bytes. but the disk has 1.00 GiB free"):
+        create_store(tmp_path / "short", num_shards=2, max_fragments=4800, max_fragment_bytes=17 << 20)
+    assert not (tmp_path / "short" / MANIFEST).exists()
 
 
 def test_map_full_is_a_clear_error(tmp_path):
