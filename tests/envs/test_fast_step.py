@@ -211,7 +211,7 @@ def test_crowded_cows_on_a_small_world_match_crafter(crafter_original, determini
                     cow.health = 0
                     cow.start = tuple(cow.pos.tolist())
     assert sum(isinstance(obj, objects.Cow) for obj in pair.fast._world.objects) >= 40
-    made_before = pair.fast._world._test_objects_made
+    made_before = pair.fast._world._craftrl_objects_made
     rng = np.random.default_rng(4)
     for action in rng.integers(len(constants.actions), size=150):
         pair.call("step", int(action))
@@ -221,7 +221,7 @@ def test_crowded_cows_on_a_small_world_match_crafter(crafter_original, determini
     assert len(balanced) == 15 and all(env is pair.fast for env in balanced)
     despawned = [cow for cow in moved if cow.removed and not hasattr(cow, "start") and cow.health > 0]
     zombies = [obj for obj in pair.fast._world.objects
-               if isinstance(obj, objects.Zombie) and obj._test_number > made_before]
+               if isinstance(obj, objects.Zombie) and obj._craftrl_number > made_before]
     assert despawned and zombies, (len(despawned), len(zombies))
     dead = [cow for cow in moved if hasattr(cow, "start")]
     assert dead and all(cow.removed and tuple(cow.pos.tolist()) == cow.start for cow in dead), "the dead stay"

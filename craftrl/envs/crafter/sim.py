@@ -69,6 +69,9 @@ class CrafterSim:
     ) -> None:
         import crafter  # imported here so that merely importing craftrl.envs stays cheap
 
+        from craftrl.envs.crafter import reproducible
+
+        reproducible.install()  # a seed fixes the whole episode (Crafter's despawn order follows memory addresses)
         if fast:
             _install_fast_paths()
 
