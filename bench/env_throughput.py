@@ -58,7 +58,7 @@ def cpu_seconds(pids: list[int]) -> float:
 def in_pool(task: str, num_envs: int, seconds: float, envs_per_process: int = 1) -> tuple[float, int, float]:
     """Env steps/s, episodes ended, and CPU milliseconds (all processes) per env step."""
     rng = np.random.default_rng(0)
-    with EnvPool(env_generator(task, seed=0), num_envs, step_timeout_s=60, start_timeout_s=120,
+    with EnvPool(env_generator(task, seed=0), num_envs, step_timeout_s=60, reset_timeout_s=120,
                  envs_per_process=envs_per_process) as pool:
         pool.reset_all()
         results = pool.recv(num_envs)  # env start-up is not timed

@@ -79,7 +79,7 @@ def main() -> None:
     loop = RolloutLoop(generator, policy, num_envs=args.envs, batch_size=args.batch_size,
                        fragment_length=256, emit=lambda fragment: dropped.append(fragment.length),
                        envs_per_process=args.envs_per_process)
-    raw_pool = EnvPool(generator, args.envs, start_timeout_s=120, envs_per_process=loop.envs_per_process)
+    raw_pool = EnvPool(generator, args.envs, reset_timeout_s=120, envs_per_process=loop.envs_per_process)
     raw_pool.reset_all()
     # warm up both (process start-up and first forward passes are not part of the steady state)
     raw_steps_per_s(raw_pool, 2.0, rng)

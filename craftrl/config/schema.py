@@ -91,10 +91,11 @@ class ReplayBufferConfig:
 class WorkerConfig:
     num_envs: int = key(4, "Envs owned by each rollout worker, run in num_envs / envs_per_process env processes.", AT_LEAST_ONE)
     envs_per_process: int = key(1, "Envs that share one env process: one pipe round trip per process and step instead of one per env, but a failure rebuilds all of them. 0 picks it on the worker's machine: about one env process per CPU core (num_envs / cores, rounded up to a divisor of batch_size so that inference groups are whole processes), 1 where restart_interval is set. Must be <= num_envs; recycling (restart_interval) needs 1.", NON_NEGATIVE)
-    batch_size: int = key(4, "Envs grouped into one policy forward pass; must be <= num_envs.", AT_LEAST_ONE)
+    batch_size: int = key(4, "Most envs in one policy forward pass; must be <= num_envs. The worker acts on the envs that have answered: it waits for the first, then up to max_batch_wait for more, so a slow or resetting env never holds the others.", AT_LEAST_ONE)
+    max_batch_wait: float = key(0.002, "Seconds the worker waits, once an env has answered, for others to join its forward pass (up to batch_size). Longer makes fewer, fuller passes (less CPU per step); shorter keeps envs that answered waiting less. 0 acts at once on whatever has answered.", NON_NEGATIVE)
     restart_interval: Optional[float] = key(None, "Recycle an env process after this many seconds, at the next episode boundary; None or 0 disables.", NON_NEGATIVE)
     step_timeout: float = key(60.0, "Seconds an env step may take before the env process is killed and restarted (a hang).", POSITIVE)
-    reset_timeout: float = key(300.0, "Seconds an env construction or reset may take before it is treated as a hang.", POSITIVE)
+    reset_timeout: float = key(300.0, "Seconds an env reset may take before it is treated as a hang: every reset (the first one including the env's construction, the one after each episode, a rebuilt env's), each under its own deadline, apart from step_timeout.", POSITIVE)
     preflight: bool = key(True, "Before starting Ray, craftrl train builds one env in a subprocess and runs the policy on its first observation, so a broken generator fails in one line; False skips this (a driver that cannot build the env).")
     video_fps: int = key(20, "Frame rate of recorded episode videos.", AT_LEAST_ONE)
     video_output_dir: str = key("videos", "Directory for mp4 episode videos; relative paths resolve inside the run directory.")

@@ -18,10 +18,11 @@ Wire protocol (tuples over a duplex pipe; at most one request outstanding per en
   ``(index, "reset", obs, info, frames_started)`` or ``(index, "step", obs, reward, terminated, truncated,
   info, frames)``; or ``("error", where, traceback_text)``, after which the parent kills the process.
 
-After a step that ends the episode with ``auto_reset`` set, the child runs the reset at once and puts
-its entry right after the step's, in the same reply. When a request fails partway, the entries that
-were finished (other envs' steps, or this env's last step before its reset failed) are sent first, then
-the error, so no result that exists is lost.
+A step request is answered once every env it names has stepped. Then the child resets, one at a time, the
+envs whose episode ended with ``auto_reset`` set, and answers each reset with a reply of its own: the steps
+are never held back by a reset, and the parent times a reset under its own deadline. When a request fails
+partway, the entries that were finished (other envs' steps) are sent first, then the error, so no result that
+exists is lost.
 """
 
 from __future__ import annotations
@@ -145,13 +146,18 @@ def env_process_main(conn: Connection, generator_bytes: bytes, count: int = 1) -
                 for index, seed, record in message[1]:
                     entries.append(_reset_entry(envs[index], recorders[index], index, seed, record))
             elif command == "step":
+                to_reset = []
                 for index, action, auto_reset, record in message[1]:
-                    where = "step"
                     entries.append(_step_entry(envs[index], recorders[index], index, action, record))
                     terminated, truncated = entries[-1][4:6]
                     if (terminated or truncated) and auto_reset:
-                        where = "reset"
-                        entries.append(_reset_entry(envs[index], recorders[index], index, None, False))
+                        to_reset.append(index)
+                send_message(conn, ("results", entries))
+                where, entries = "reset", []  # sent: a failing reset must not send the steps again
+                for index in to_reset:
+                    send_message(conn, ("results", [_reset_entry(envs[index], recorders[index], index, None,
+                                                                 False)]))
+                continue
             else:
                 raise ValueError(f"env process: unknown command {command!r}")
             send_message(conn, ("results", entries))

@@ -20,8 +20,12 @@ action batch names in one request and answers in one reply (1 keeps every env al
 come per env, so callers see no difference, except that a group (``recv``'s batch) made of whole
 processes' envs pays one pipe round trip per process instead of one per env.
 
-Failures: if an env process dies, hangs past ``step_timeout_s`` (``start_timeout_s`` while it is
-being built), or raises, its process group is killed, fresh envs are built and reset, and each
+Deadlines: a step must be answered within ``step_timeout_s``; a reset, whether ``reset_all``'s, the one
+after an episode's last step or a rebuilt env's, within ``reset_timeout_s`` (for a new process, counted from
+its start, so that building the env is included). The reset after an episode's end is the env's own reply:
+the step's result does not wait for it, and a slow reset never eats into the step's deadline.
+
+Failures: if an env process dies, hangs past its deadline, or raises, its process group is killed, fresh envs are built and reset, and each
 interrupted step comes back as ``truncated=True, reward=0.0, final_obs=None`` with
 ``info["env_restarted"] = True`` (the trainer then bootstraps with the value of the last observation
 it has). An env of that process that was not stepping (its result was with the caller) loses its
@@ -141,7 +145,7 @@ class EnvPool:
         num_envs: int,
         *,
         step_timeout_s: float = 60.0,
-        start_timeout_s: float = 300.0,
+        reset_timeout_s: float = 300.0,
         restart_interval_s: float | None = None,
         max_start_failures: int = 3,
         close_timeout_s: float = 5.0,
@@ -151,7 +155,7 @@ class EnvPool:
             raise TypeError(f"EnvPool env_generator: expected a zero-argument callable, got {type(env_generator).__name__}")
         if not isinstance(num_envs, int) or num_envs < 1:
             raise ValueError(f"EnvPool num_envs: expected a positive int, got {num_envs!r}")
-        for name, value in (("step_timeout_s", step_timeout_s), ("start_timeout_s", start_timeout_s)):
+        for name, value in (("step_timeout_s", step_timeout_s), ("reset_timeout_s", reset_timeout_s)):
             if not value > 0:
                 raise ValueError(f"EnvPool {name}: expected a positive number of seconds, got {value!r}")
         if restart_interval_s is not None and restart_interval_s < 0:
@@ -163,7 +167,7 @@ class EnvPool:
                              f"(got {restart_interval_s!r}); recycling one env's process would cut its other envs' episodes")
         self.num_envs = num_envs
         self.step_timeout_s = float(step_timeout_s)
-        self.start_timeout_s = float(start_timeout_s)
+        self.reset_timeout_s = float(reset_timeout_s)
         self.restart_interval_s = restart_interval_s or None
         self.max_start_failures = int(max_start_failures)
         self.close_timeout_s = float(close_timeout_s)
@@ -232,7 +236,7 @@ class EnvPool:
         Envs that die, hang or raise meanwhile are restarted here, and their results still come.
         """
         self._check_open()
-        outstanding = sum(slot.waiting_for is not None and not slot.stale for slot in self._slots) + len(self._results)
+        outstanding = self.outstanding
         if min_count > outstanding:
             raise ValueError(f"EnvPool.recv: min_count={min_count} but only {outstanding} results are outstanding "
                              "(send actions first)")
@@ -243,6 +247,11 @@ class EnvPool:
                 break
         results, self._results = self._results, []
         return results
+
+    @property
+    def outstanding(self) -> int:
+        """Results still to come from ``recv``: envs stepping or resetting, and results received but not returned."""
+        return sum(slot.waiting_for is not None and not slot.stale for slot in self._slots) + len(self._results)
 
     def record_episode(self, env_id: int) -> None:
         """Record the next episode that starts on ``env_id``: its result carries ``frames``."""
@@ -315,8 +324,7 @@ class EnvPool:
     def _request_resets(self, host: _Host, seeds: Sequence[int | None] | None = None) -> None:
         """Reset every env of the process, in one request."""
         assert host.process is not None
-        deadline = (host.process.started_at + self.start_timeout_s if host.fresh
-                    else time.monotonic() + self.step_timeout_s)
+        deadline = (host.process.started_at if host.fresh else time.monotonic()) + self.reset_timeout_s
         for slot in host.slots:
             slot.waiting_for, slot.deadline = "reset", deadline
         host.process.send(("reset", [(slot.index, None if seeds is None else seeds[slot.index], slot.record_pending)
@@ -386,8 +394,8 @@ class EnvPool:
             self._results.append(EnvResult(slot.env_id, obs, reward, terminated, truncated, info, first=False))
             return
         slot.held_step = (obs, reward, terminated, truncated, info, frames)
-        if slot.auto_reset_sent:
-            slot.waiting_for, slot.deadline = "reset", time.monotonic() + self.step_timeout_s
+        if slot.auto_reset_sent:  # the env resets now and answers on its own
+            slot.waiting_for, slot.deadline = "reset", time.monotonic() + self.reset_timeout_s
         else:
             self._replace_process(slot.host)
             slot.recycles += 1

@@ -30,7 +30,7 @@ class ScriptedEnv:
 
     def __init__(self, episode_length: int = 5, end_with: str = "terminated", fail_in: str | None = None,
                  fail_mode: str = "raise", fail_at: int = 1, spawn_child: bool = False,
-                 step_sleep_s: float = 0.0) -> None:
+                 step_sleep_s: float = 0.0, later_reset_sleep_s: float = 0.0) -> None:
         if end_with not in ("terminated", "truncated"):
             raise ValueError(f"ScriptedEnv end_with: expected 'terminated' or 'truncated', got {end_with!r}")
         if fail_in not in (None, "step", "reset"):
@@ -41,6 +41,7 @@ class ScriptedEnv:
         self.end_with = end_with
         self.fail_in, self.fail_mode, self.fail_at = fail_in, fail_mode, fail_at
         self.step_sleep_s = step_sleep_s
+        self.later_reset_sleep_s = later_reset_sleep_s  # every reset but this process's first is this slow
         self.calls = {"step": 0, "reset": 0}
         self.t = 0
         self.episode = 0
@@ -70,6 +71,8 @@ class ScriptedEnv:
 
     def reset(self, seed: int | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
         unpicklable = self._maybe_fail("reset")
+        if self.later_reset_sleep_s and self.calls["reset"] > 1:
+            time.sleep(self.later_reset_sleep_s)
         self.t = 0
         self.episode += 1
         info = dict(self._info(), seed=seed)

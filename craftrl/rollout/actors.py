@@ -47,7 +47,7 @@ logger = logging.getLogger(__name__)
 MAX_MISSED_STATUS = 3
 MAX_FAILED_STARTS = 3
 CUMULATIVE_KEYS = ("env_steps", "fragments_emitted", "fragments_sent", "restarts", "emit_wait_s", "inference_s",
-                   "env_wait_s", "elapsed_s")
+                   "env_wait_s", "elapsed_s", "forward_passes")
 
 
 def rollout_device(num_gpus: float) -> torch.device:
@@ -84,7 +84,7 @@ class RolloutWorker:
         self.send_seconds = 0.0
         self.loop = RolloutLoop(
             env_generator, policy, num_envs=worker_cfg.num_envs, batch_size=worker_cfg.batch_size,
-            envs_per_process=worker_cfg.envs_per_process,
+            envs_per_process=worker_cfg.envs_per_process, max_batch_wait=worker_cfg.max_batch_wait,
             fragment_length=rollout.fragment_length, emit=self._enqueue, on_episode=self._report_episode,
             on_video=self._write_video, discount=online.train_config.discount,
             step_timeout=worker_cfg.step_timeout, reset_timeout=worker_cfg.reset_timeout,
@@ -299,6 +299,8 @@ class RolloutManager:
             "rollout/emit_wait_s": float(totals["emit_wait_s"]),
             "rollout/inference_s": float(totals["inference_s"]),
             "rollout/env_wait_s": float(totals["env_wait_s"]),
+            # envs per forward pass, on average: batch_size when envs answer together, less when they drift apart
+            "rollout/mean_group_size": totals["env_steps"] / max(totals["forward_passes"], 1.0),
             # worker-seconds of the rollout loops: the whole of which the three times above are parts
             "rollout/loop_s": float(totals["elapsed_s"]),
             "rollout/fragments_emitted": float(totals["fragments_emitted"]),

@@ -7,7 +7,9 @@ One ``step()``:
 
 1. swap in pending weights, if any -- only here, between forward passes, so every step is stamped with
    the version that really acted;
-2. wait (blocking, no spinning) until ``batch_size`` envs have answered, take them;
+2. wait (blocking, no spinning) until an env has answered, then at most ``max_batch_wait`` seconds more for
+   others, up to ``batch_size``; take them. A slow or resetting env never holds the others: they act
+   without it, and it joins a later group once it answers;
 3. close their previous step in the cutters (reward, terminated/truncated, truncation bootstrap value);
 4. one forward pass for the group, sample actions, send them -- those envs step while the next group is
    being inferred, which is where env time and inference time overlap;
@@ -70,6 +72,7 @@ class LoopTimers:
     inference: float = 0.0
     emit_wait: float = 0.0
     steps: int = 0
+    forward_passes: int = 0  # inference groups acted on: steps / forward_passes is the mean group size
     started: float = field(default_factory=time.monotonic)
     emit_blocked_since: float | None = None  # set while the loop waits on a full send queue
 
@@ -77,7 +80,8 @@ class LoopTimers:
         blocked = self.emit_blocked_since
         emit_wait = self.emit_wait + (time.monotonic() - blocked if blocked is not None else 0.0)
         return {"env_wait_s": self.env_wait, "inference_s": self.inference, "emit_wait_s": emit_wait,
-                "env_steps": float(self.steps), "elapsed_s": time.monotonic() - self.started}
+                "env_steps": float(self.steps), "forward_passes": float(self.forward_passes),
+                "elapsed_s": time.monotonic() - self.started}
 
 
 def episode_metrics(info: dict[str, Any]) -> dict[str, float]:
@@ -143,12 +147,13 @@ class RolloutLoop:
                  on_video: Callable[[dict[str, Any], list[Any]], None] | None = None,
                  discount: float = 0.99, step_timeout: float = 60.0, reset_timeout: float = 300.0,
                  restart_interval: float | None = None, worker_name: str = "w0", seed: int | None = None,
-                 initial_version: int = -1, envs_per_process: int = 1) -> None:
+                 initial_version: int = -1, envs_per_process: int = 1, max_batch_wait: float = 0.002) -> None:
         if not 1 <= batch_size <= num_envs:
             raise ValueError(f"batch_size: expected 1 <= batch_size <= num_envs ({num_envs}), got {batch_size}")
         self.policy = policy.eval()
         self.device = policy.device if hasattr(policy, "device") else torch.device("cpu")
         self.batch_size = batch_size
+        self.max_batch_wait = max_batch_wait
         self.emit = emit
         self.on_episode = on_episode or (lambda record: None)
         self.on_video = on_video or (lambda label, frames: None)
@@ -162,7 +167,7 @@ class RolloutLoop:
         incarnation = uuid.uuid4().hex[:8]  # a recreated worker must never continue an old chain of indices
         self.envs_per_process = envs_per_process or auto_envs_per_process(
             num_envs, batch_size, usable_cores(), recycling=bool(restart_interval))
-        self.pool = EnvPool(env_generator, num_envs, step_timeout_s=step_timeout, start_timeout_s=reset_timeout,
+        self.pool = EnvPool(env_generator, num_envs, step_timeout_s=step_timeout, reset_timeout_s=reset_timeout,
                             restart_interval_s=restart_interval, envs_per_process=self.envs_per_process)
         self.tracks = [
             _EnvTrack(FragmentCutter(f"{worker_name}.{incarnation}/env{i}", fragment_length),
@@ -191,11 +196,15 @@ class RolloutLoop:
         """Run one inference group; returns the number of env steps it consumed (0 on timeout)."""
         self._apply_pending_weights()
         started = time.monotonic()
-        missing = self.batch_size - len(self._ready)
-        if missing > 0:
-            self._ready.extend(self.pool.recv(min_count=missing, timeout=timeout))
+        if not self._ready:
+            self._ready.extend(self.pool.recv(min_count=1, timeout=timeout))
+        if self._ready and len(self._ready) < self.batch_size and self.max_batch_wait > 0:
+            # a moment for the others, so that envs in step make one forward pass rather than several
+            missing = min(self.batch_size - len(self._ready), self.pool.outstanding)
+            if missing > 0:
+                self._ready.extend(self.pool.recv(min_count=missing, timeout=self.max_batch_wait))
         self.timers.env_wait += time.monotonic() - started
-        if len(self._ready) < self.batch_size:
+        if not self._ready:
             return 0
         group, self._ready = self._ready[:self.batch_size], self._ready[self.batch_size:]
         finished = sum(1 for result in group if not result.from_reset)
@@ -203,6 +212,7 @@ class RolloutLoop:
         started = time.monotonic()
         actions, fragments = self._act(group)
         self.timers.inference += time.monotonic() - started
+        self.timers.forward_passes += 1
         self.pool.send([result.env_id for result in group], actions)
         for fragment in fragments:
             self.timers.emit_blocked_since = started = time.monotonic()

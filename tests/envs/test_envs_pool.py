@@ -13,7 +13,7 @@ from craftrl.envs import EnvPool, EnvPoolError, env_generator
 from craftrl.envs.testing import ScriptedEnv
 
 STEP_TIMEOUT_S = 1.5
-START_TIMEOUT_S = 30.0
+RESET_TIMEOUT_S = 30.0
 
 
 def is_running(pid: int) -> bool:
@@ -39,7 +39,7 @@ def wait_until_gone(pids: list[int], within_s: float = 5.0) -> list[int]:
 
 def scripted_pool(num_envs: int = 1, **env_kwargs) -> EnvPool:
     return EnvPool(functools.partial(ScriptedEnv, **env_kwargs), num_envs,
-                   step_timeout_s=STEP_TIMEOUT_S, start_timeout_s=START_TIMEOUT_S)
+                   step_timeout_s=STEP_TIMEOUT_S, reset_timeout_s=RESET_TIMEOUT_S)
 
 
 def step_all(pool: EnvPool, results, action=0):
@@ -170,7 +170,7 @@ def test_failed_env_is_restarted_counted_and_its_episode_truncated(failure: str)
 
 def shared_pool(num_envs: int, envs_per_process: int, **env_kwargs) -> EnvPool:
     return EnvPool(functools.partial(ScriptedEnv, **env_kwargs), num_envs, envs_per_process=envs_per_process,
-                   step_timeout_s=STEP_TIMEOUT_S, start_timeout_s=START_TIMEOUT_S)
+                   step_timeout_s=STEP_TIMEOUT_S, reset_timeout_s=RESET_TIMEOUT_S)
 
 
 def test_envs_sharing_a_process_answer_per_env_with_the_same_semantics() -> None:
@@ -226,17 +226,16 @@ def test_a_dead_process_restarts_all_its_envs_and_a_waiting_env_loses_its_next_s
 
 
 def test_a_failed_reset_keeps_the_finished_steps_of_its_process() -> None:
-    """The reply's entries done before the failure still arrive: env 0's finished episode is kept."""
+    """A step request is answered before any reset runs: when env 0's auto-reset raises, both envs' last steps
+    (env 1 stepped after env 0) have arrived already, and both episodes end whole, reset by the rebuilt process."""
     pool = shared_pool(2, 2, episode_length=2, end_with="truncated", fail_in="reset", fail_mode="raise", fail_at=2)
     try:
         pool.reset_all()
         results = step_all(pool, pool.recv(2))
-        results = step_all(pool, results)  # env 0 ends its episode, then its auto-reset raises
-        kept, lost = results
-        assert (kept.reward, kept.final_obs["t"], kept.info["restart_reason"]) == (1.0, 2, "exception")
-        assert (kept.episode.length, kept.episode.restarted) == (2, False)
-        assert (lost.reward, lost.final_obs, lost.info["restart_reason"]) == (0.0, None, "exception")
-        assert (lost.episode.length, lost.episode.restarted) == (1, True)
+        results = step_all(pool, results)  # both end their episode, then env 0's auto-reset raises
+        for result in results:
+            assert (result.reward, result.final_obs["t"], result.info["restart_reason"]) == (1.0, 2, "exception")
+            assert (result.episode.length, result.episode.restarted) == (2, False)
         assert all(r.truncated and r.first and r.obs["t"] == 0 for r in results)
         assert pool.restart_counts == [1, 1]
     finally:
@@ -253,7 +252,7 @@ def test_envs_per_process_is_checked() -> None:
 
 def test_generator_that_always_fails_raises_one_clear_error() -> None:
     pool = EnvPool(functools.partial(ScriptedEnv, end_with="never"), 1, step_timeout_s=STEP_TIMEOUT_S,
-                   start_timeout_s=START_TIMEOUT_S, max_start_failures=2)
+                   reset_timeout_s=RESET_TIMEOUT_S, max_start_failures=2)
     try:
         pool.reset_all()
         with pytest.raises(EnvPoolError, match="end_with: expected 'terminated' or 'truncated'"):
@@ -265,7 +264,7 @@ def test_generator_that_always_fails_raises_one_clear_error() -> None:
 
 def test_restart_interval_recycles_at_an_episode_boundary() -> None:
     pool = EnvPool(functools.partial(ScriptedEnv, episode_length=3, step_sleep_s=0.05), 1,
-                   step_timeout_s=STEP_TIMEOUT_S, start_timeout_s=START_TIMEOUT_S, restart_interval_s=0.05)
+                   step_timeout_s=STEP_TIMEOUT_S, reset_timeout_s=RESET_TIMEOUT_S, restart_interval_s=0.05)
     try:
         pool.reset_all()
         [result] = pool.recv(1)
@@ -302,7 +301,7 @@ def test_record_episode_returns_the_rendered_frames() -> None:
 
 
 def test_crafter_cows_in_env_processes() -> None:
-    with EnvPool(env_generator("crafter/cows", seed=3), 2, step_timeout_s=30, start_timeout_s=60) as pool:
+    with EnvPool(env_generator("crafter/cows", seed=3), 2, step_timeout_s=30, reset_timeout_s=60) as pool:
         pool.reset_all()
         results = pool.recv(2)
         pids = pool.process_ids()
@@ -345,3 +344,37 @@ def test_no_env_process_outlives_its_parent(tmp_path, ending: str) -> None:
     pids = [int(pid) for pid in result.stdout.split()]
     assert len(pids) == 4, result.stderr
     assert wait_until_gone(pids, within_s=8.0) == []
+
+
+@pytest.mark.parametrize("envs_per_process", [1, 2])
+def test_a_reset_longer_than_step_timeout_but_within_reset_timeout_is_not_killed(envs_per_process) -> None:
+    """The reset after an episode is the env's own reply under reset_timeout: 2 s outlives the 0.5 s step
+    timeout, and both envs' episodes still end normally, without a restart."""
+    pool = EnvPool(functools.partial(ScriptedEnv, episode_length=2, later_reset_sleep_s=2.0), 2,
+                   step_timeout_s=0.5, reset_timeout_s=5.0, envs_per_process=envs_per_process)
+    try:
+        pool.reset_all()
+        results = step_all(pool, pool.recv(2))
+        started = time.monotonic()
+        results = step_all(pool, results)  # the last steps; the resets take 2 s (one after the other when shared)
+        assert time.monotonic() - started >= 2.0
+        assert all(r.done and r.first and r.obs["t"] == 0 and r.final_obs["t"] == 2 for r in results)
+        assert not any(r.info.get("env_restarted") for r in results) and pool.restart_counts == [0, 0]
+    finally:
+        pool.close()
+
+
+def test_a_reset_that_outlives_reset_timeout_is_killed_and_the_env_rebuilt() -> None:
+    """Reported like any hang: the ended episode's last step is kept, the env is rebuilt (its first reset is
+    fast) and the result says why."""
+    pool = EnvPool(functools.partial(ScriptedEnv, episode_length=2, later_reset_sleep_s=60.0), 1,
+                   step_timeout_s=0.5, reset_timeout_s=1.5)
+    try:
+        pool.reset_all()
+        results = step_all(pool, pool.recv(1))
+        (result,) = step_all(pool, results)
+        assert (result.reward, result.final_obs["t"], result.obs["t"], result.first) == (1.0, 2, 0, True)
+        assert result.info["env_restarted"] and result.info["restart_reason"] == "timeout"
+        assert pool.stats()["restarts_by_reason"]["timeout"] == 1
+    finally:
+        pool.close()

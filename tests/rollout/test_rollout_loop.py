@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import functools
+import time
 
 import numpy as np
 import pytest
 import torch
 
+from craftrl.envs.latency import LatencyBoundEnv
 from craftrl.envs.testing import ScriptedEnv
 from craftrl.rollout.cutter import FragmentCutter
 from craftrl.rollout.testing import CountingPolicy
@@ -77,6 +79,36 @@ def test_fragment_fields_line_up_with_the_scripted_env(num_envs, batch_size, env
     assert episodes[0].discounted_return == pytest.approx(sum(0.99 ** k for k in range(5)))
 
 
+@pytest.mark.parametrize("max_batch_wait", [0.0, 0.002])
+def test_envs_of_different_speeds_act_in_groups_of_whoever_answered_and_every_fragment_stays_exact(max_batch_wait):
+    """Steps of 1-9 ms, resets of 5-45 ms and episodes of 3-9 steps: envs drift apart and groups form from the
+    envs that have answered, in every composition. Each env's chain must still be its own: observations in
+    order, ``first`` exactly at episode starts, the recurrent state (the counting policy's steps since the
+    episode began) carried across groups and fragments and reset at every episode start."""
+    env = functools.partial(LatencyBoundEnv, step_latency_s=0.005, step_jitter=0.8, reset_latency_s=0.025,
+                            reset_jitter=0.8, episode_length=6, length_jitter=0.5, obs_shape=(8, 8, 3))
+    fragments, episodes, stats = collect(env, num_envs=4, batch_size=4, fragment_length=5, fragments=40,
+                                         max_batch_wait=max_batch_wait, seed=3)
+    assert stats["forward_passes"] > stats["env_steps"] / 4 * 1.5, "the groups were mostly partial"
+    for env_id, chain in by_env(fragments).items():
+        assert [f.index for f in chain] == list(range(len(chain)))
+        t = np.concatenate([f.obs["t"] for f in chain])
+        first = np.concatenate([f.first for f in chain])
+        truncated = np.concatenate([f.truncated for f in chain])
+        np.testing.assert_array_equal(first, t == 0)
+        starts = np.flatnonzero(first)
+        steps_in_episode = np.arange(len(t)) - starts[np.searchsorted(starts, np.arange(len(t)), side="right") - 1]
+        np.testing.assert_array_equal(t, steps_in_episode)  # no step lost, repeated or taken from another env
+        np.testing.assert_array_equal(truncated[:-1], first[1:])  # each episode ends right before the next
+        np.testing.assert_array_equal(np.concatenate([f.vpred for f in chain]), t)
+        for f in chain:
+            f.validate()
+            # the state that entered step 0 (the policy itself resets it where first is set)
+            assert f.state_in[0, 0] == (0 if f.index == 0 else chain[f.index - 1].vpred[-1] + 1)
+            np.testing.assert_allclose(f.logp, np.log(0.5), rtol=1e-6)
+    assert len(episodes) >= 8 and {e.length for e in episodes} <= set(range(3, 10))
+
+
 @pytest.mark.parametrize("num_envs, batch_size, cores, recycling, expected", [
     (8, 4, 2, False, 4),  # two processes on two cores, each inference group one process
     (8, 4, 3, False, 4),  # 3 per process would split groups: the next divisor of the group size
@@ -141,3 +173,39 @@ def test_cutter_refuses_out_of_order_events():
     cutter.begin_step({"x": np.zeros(1)}, True, 0, 0.0, 0.0, 0, state_in=None)
     with pytest.raises(RuntimeError, match="before the previous step's env result"):
         cutter.begin_step({"x": np.zeros(1)}, False, 0, 0.0, 0.0, 0, state_in=None)
+
+
+def test_while_one_env_resets_for_seconds_the_others_of_its_worker_keep_stepping():
+    """batch_size == num_envs, as in MineStudio's examples: an env in a 1.5 s reset must not hold the group.
+    Every reset here takes 1.5 s and episodes 1-3 s (steps of 5 ms); for each reset, the other envs that were
+    playing throughout it must have kept stepping (hundreds of steps each; the test asks for 20)."""
+    reset_s = 1.5
+    env = functools.partial(LatencyBoundEnv, step_latency_s=0.005, step_jitter=0.0, reset_latency_s=reset_s,
+                            reset_jitter=0.0, episode_length=400, length_jitter=0.5, obs_shape=(8, 8, 3))
+    loop = RolloutLoop(env, CountingPolicy(), num_envs=4, batch_size=4, fragment_length=8, emit=lambda f: None,
+                       seed=1)
+    arrivals = []  # (time, env_id, ended an episode): an episode's end arrives with the reset that followed it
+    receive = loop.pool.recv
+
+    def logged_recv(*args, **kwargs):
+        results = receive(*args, **kwargs)
+        arrivals.extend((time.monotonic(), r.env_id, r.done) for r in results)
+        return results
+
+    loop.pool.recv = logged_recv
+    try:
+        deadline = time.monotonic() + 10.0
+        while time.monotonic() < deadline:
+            loop.step(timeout=1.0)
+    finally:
+        loop.close()
+    resets = [(at - reset_s, at, env_id) for at, env_id, done in arrivals if done]
+    checked = 0
+    for start, end, env_id in resets:
+        playing = {other for other in range(4) if other != env_id} - {
+            other for other_start, other_end, other in resets if other_start < end and other_end > start}
+        for other in playing:
+            steps = sum(1 for at, who, _ in arrivals if who == other and start < at < end)
+            assert steps >= 20, f"env {env_id}'s reset held env {other}: {steps} steps in its {reset_s} s"
+            checked += 1
+    assert checked >= 3, (checked, resets)
