@@ -23,10 +23,12 @@ processes' envs pays one pipe round trip per process instead of one per env.
 Deadlines: a step must be answered within ``step_timeout_s``; a reset, whether ``reset_all``'s, the one
 after an episode's last step or a rebuilt env's, within ``reset_timeout_s`` (for a new process, counted from
 its start, so that building the env is included). The reset after an episode's end is the env's own reply:
-the step's result does not wait for it, and a slow reset never eats into the step's deadline.
+the results of the other envs its process stepped do not wait for it, and a slow reset never eats into the
+step's deadline. The env's own result (its last step, with the next episode's first observation) comes once
+the reset is done.
 
-Failures: if an env process dies, hangs past its deadline, or raises, its process group is killed, fresh envs are built and reset, and each
-interrupted step comes back as ``truncated=True, reward=0.0, final_obs=None`` with
+Failures: if an env process dies, hangs past its deadline, or raises, its process group is killed, fresh envs
+are built and reset, and each interrupted step comes back as ``truncated=True, reward=0.0, final_obs=None`` with
 ``info["env_restarted"] = True`` (the trainer then bootstraps with the value of the last observation
 it has). An env of that process that was not stepping (its result was with the caller) loses its
 episode too: its next ``send`` is answered the same way, without reaching the env. ``restart_counts``
