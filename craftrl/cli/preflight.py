@@ -26,6 +26,7 @@ import multiprocessing
 import os
 import pickle
 import signal
+import time
 import traceback
 import zipfile
 from dataclasses import dataclass
@@ -58,12 +59,12 @@ def describe_exception(error: BaseException, with_location: bool = True) -> str:
 # ---------------------------------------------------------------------------------------------- entry points
 
 
-def preflight(loaded: Any) -> int | None:
+def preflight(loaded: Any) -> Probe | None:
     """Run the checks that need no run directory (module docstring); raise ``ConfigError`` on the first failure.
 
-    ``loaded`` is a ``craftrl.config.loading.LoadedConfig``. Returns the raw size of one of the run's fragments
-    (from the env's first observation, the action the policy took on it and the policy's recurrent state), or
-    None when the env was not probed.
+    ``loaded`` is a ``craftrl.config.loading.LoadedConfig``. Returns what the probe measured (:class:`Probe`: the
+    raw size of one of the run's fragments, from the env's first observation, the action the policy took on it
+    and the policy's recurrent state; the time of one env step), or None when the env was not probed.
     """
     config = loaded.online
     check_local_gpus(config)
@@ -78,11 +79,12 @@ def preflight(loaded: Any) -> int | None:
         check_picklable(POLICY, loaded.policy_generator, "Ray workers")
         first = env.wait_for_reset()
         action = probe_policy(policy, first.obs, first.num_actions)
-        env.step(action)
+        step_wall_s, step_cpu_s = env.step(action)
     if checkpoint is not None:
         check_checkpoint_fits(checkpoint, policy)
     state = _call_policy("initial_state(1)", lambda: policy.initial_state(1))
-    return fragment_nbytes(first.obs, action, state, config.rollout_config.fragment_length)
+    return Probe(fragment_nbytes(first.obs, action, state, config.rollout_config.fragment_length), step_wall_s,
+                 step_cpu_s)
 
 
 def check_resume(resume: str | None, save_path: str | Path) -> Path | None:
@@ -288,6 +290,15 @@ def probe_policy(policy: Any, obs: dict[str, Any], num_actions: int | None = Non
 
 
 @dataclass
+class Probe:
+    """What the preflight learned about the run's env and policy, for settings left to craftrl."""
+
+    raw_fragment_bytes: int  # one fragment's raw size: observation, action and recurrent state per step
+    step_wall_s: float  # one env step, in the env process
+    step_cpu_s: float  # CPU of the thread that called step() (a game in another process, e.g. a JVM, not counted)
+
+
+@dataclass
 class FirstObservation:
     obs: dict[str, Any]
     num_actions: int | None  # the env's action_space.n when it declares a discrete action space
@@ -325,8 +336,11 @@ def _probe_env_main(conn: Connection, generator_bytes: bytes, seed: int) -> None
         request = conn.recv()
         if request[0] == "step":
             stage = "step()"
-            check_step_result(env.step(request[1]), f"{ENV}: step()")
-            conn.send(("step",))
+            wall, cpu = time.perf_counter(), time.thread_time()  # this thread: others (BLAS pools) are noise
+            result = env.step(request[1])
+            wall, cpu = time.perf_counter() - wall, time.thread_time() - cpu
+            check_step_result(result, f"{ENV}: step()")
+            conn.send(("step", wall, cpu))
             conn.recv()
         stage = "close()"
         env.close()
@@ -346,8 +360,6 @@ class EnvProbe:
 
     def __init__(self, env_generator: Callable[[], Any], *, seed: int, reset_timeout: float,
                  step_timeout: float) -> None:
-        import time
-
         generator_bytes = check_picklable(ENV, env_generator, "env processes")
         self.reset_timeout, self.step_timeout = reset_timeout, step_timeout
         context = multiprocessing.get_context("spawn")
@@ -366,18 +378,18 @@ class EnvProbe:
         self.close()
 
     def wait_for_reset(self) -> FirstObservation:
-        import time
-
         remaining = self.reset_timeout - (time.monotonic() - self.started)
         reply = self._receive("building and resetting the env", remaining, "reset_timeout", self.reset_timeout)
         return FirstObservation(obs=reply[1], num_actions=reply[2])
 
-    def step(self, action: Any) -> None:
+    def step(self, action: Any) -> tuple[float, float]:
+        """Step once; returns the step's wall-clock and CPU seconds in the env process."""
         try:
             self.conn.send(("step", action))
         except (OSError, ValueError) as error:
             raise ConfigError([f"{ENV}: the env process stopped before step() ({describe_exception(error)})"]) from None
-        self._receive(f"step({action!r:.60})", self.step_timeout, "step_timeout", self.step_timeout)
+        reply = self._receive(f"step({action!r:.60})", self.step_timeout, "step_timeout", self.step_timeout)
+        return reply[1], reply[2]
 
     def _receive(self, what: str, timeout: float, timeout_key: str, configured: float) -> tuple:
         self.idle = False

@@ -7,13 +7,14 @@ import signal
 import sys
 import time
 
-from craftrl.cli.preflight import check_resume, preflight
+from craftrl.cli.preflight import Probe, check_resume, preflight
 from craftrl.config.loading import LoadedConfig
 from craftrl.config.schema import OnlineConfig
 from craftrl.ray_bootstrap import ClusterResourceError, ray_init
 from craftrl.replay.config import encoded_fragment_bound
 from craftrl.replay.store import ReplayStoreError
 from craftrl.rollout.start import format_accounting, format_stop_times
+from craftrl.rollout.worker import waits_more_than_computes
 from craftrl.run_dir import ResumeTarget, RunDirectory, find_resume_target
 from craftrl.train.trainer import RolloutFailedError
 
@@ -34,9 +35,9 @@ def train_command(loaded: LoadedConfig) -> int:
     if resume is not None:
         config = _with_resume_checkpoint(config, resume)
         loaded = dataclasses.replace(loaded, online=config)
-    raw_fragment_bytes = preflight(loaded)  # env, policy, GPUs and an explicit resume path, before anything starts
-    if raw_fragment_bytes is not None:
-        config = _with_fragment_bound(config, raw_fragment_bytes)
+    probe = preflight(loaded)  # env, policy, GPUs and an explicit resume path, before anything starts
+    if probe is not None:
+        config = _with_envs_per_process(_with_fragment_bound(config, probe.raw_fragment_bytes), probe)
         loaded = dataclasses.replace(loaded, online=config)
     if resume is not None and resume.run_dir is not None:
         run_dir = resume.run_dir  # continue that run: metrics appended, same checkpoints/ and videos/
@@ -140,6 +141,20 @@ def _run_failure(error: BaseException) -> str | None:
         if marker in text:
             return f"{part}: " + text.split(marker, 1)[1].strip().splitlines()[0]
     return None
+
+
+def _with_envs_per_process(config: OnlineConfig, probe: Probe) -> OnlineConfig:
+    """``envs_per_process: 0`` for an env whose step mostly waits: one env per process, so that none waits
+    behind another's step or reset (:func:`craftrl.rollout.worker.waits_more_than_computes`)."""
+    worker = config.rollout_config.worker_config
+    if worker.envs_per_process != 0 or not waits_more_than_computes(probe.step_wall_s, probe.step_cpu_s):
+        return config
+    print(f"craftrl: the env's step waits more than it computes ({probe.step_wall_s * 1000:.1f} ms, "
+          f"{probe.step_cpu_s * 1000:.1f} ms CPU): one env per process (worker_config.envs_per_process 0)",
+          flush=True)
+    rollout = dataclasses.replace(config.rollout_config,
+                                  worker_config=dataclasses.replace(worker, envs_per_process=1))
+    return dataclasses.replace(config, rollout_config=rollout)
 
 
 def _with_fragment_bound(config: OnlineConfig, raw_fragment_bytes: int) -> OnlineConfig:

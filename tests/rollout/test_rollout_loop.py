@@ -209,3 +209,30 @@ def test_while_one_env_resets_for_seconds_the_others_of_its_worker_keep_stepping
             assert steps >= 20, f"env {env_id}'s reset held env {other}: {steps} steps in its {reset_s} s"
             checked += 1
     assert checked >= 3, (checked, resets)
+
+
+def test_the_preflight_probe_tells_an_env_that_waits_from_one_that_computes():
+    """One measured step in the preflight's env process: the synthetic Minecraft-timed env sleeps 20 ms and gets
+    one env per process; Crafter computes its step and keeps sharing processes."""
+    from craftrl.cli.preflight import EnvProbe
+    from craftrl.cli.train import _with_envs_per_process
+    from craftrl.cli.preflight import Probe
+    from craftrl.config import build_config
+    from craftrl.envs import env_generator
+    from craftrl.rollout.worker import waits_more_than_computes
+
+    measured = {}
+    for name, kwargs in (("synthetic/latency", dict(step_latency_s=0.02, step_jitter=0.0, reset_latency_s=0.0)),
+                         ("crafter/cows", {})):
+        with EnvProbe(env_generator(name, **kwargs), seed=0, reset_timeout=60, step_timeout=60) as env:
+            env.wait_for_reset()
+            measured[name] = env.step(0)
+    assert waits_more_than_computes(*measured["synthetic/latency"]), measured
+    assert not waits_more_than_computes(*measured["crafter/cows"]), measured
+
+    auto = build_config({"rollout_config": {"worker_config": {"envs_per_process": 0}}})
+    waiting, computing = Probe(1, *measured["synthetic/latency"]), Probe(1, *measured["crafter/cows"])
+    assert _with_envs_per_process(auto, waiting).rollout_config.worker_config.envs_per_process == 1
+    assert _with_envs_per_process(auto, computing) is auto
+    chosen = build_config({"rollout_config": {"worker_config": {"envs_per_process": 2, "num_envs": 4}}})
+    assert _with_envs_per_process(chosen, waiting) is chosen
