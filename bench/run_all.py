@@ -20,6 +20,7 @@ ROOT = BENCH.parent
 # Order matters only for reading: raw env speed first, then the parts, then end-to-end comparisons.
 SCRIPTS = [["env_throughput.py"], ["policy_inference.py"], ["learner_step.py"], ["replay_bytes.py"],
            ["sampler.py", "--policy", "counting"], ["sampler.py"],
+           ["latency_bound.py"],  # 64 Minecraft-timed envs: about 4 minutes
            # simulated clusters on this machine: fragments into the buffer, a VPT-2x policy out to 4 nodes (~12 GB)
            ["cluster_transport.py"], ["weight_broadcast.py", "--versions", "6"],
            ["weight_broadcast.py", "--versions", "6", "--weights-dtype", "float16"],
