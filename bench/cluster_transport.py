@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from machine import describe_machine
+from machine import describe_machine, machine_busy_seconds
 
 RESULTS = Path(__file__).resolve().parent / "results" / "cluster_transport.md"
 CASES = {"crafter/cows 64x64, 32 steps": ((64, 64), 32), "128x128, 256 steps": ((128, 128), 256)}
@@ -91,12 +91,6 @@ class Writer:
         self.writer.flush()
         return {"cpu_s": time.process_time() - cpu, "wall_s": time.perf_counter() - wall, "direct": self.writer.direct,
                 "pid": os.getpid()}
-
-
-def machine_busy_seconds() -> float:
-    """CPU seconds all cores spent outside idle and iowait since boot (/proc/stat)."""
-    values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-    return (sum(values) - values[3] - values[4]) / os.sysconf("SC_CLK_TCK")
 
 
 def process_cpu_seconds(pid: int) -> float:

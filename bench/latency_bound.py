@@ -26,12 +26,11 @@ from __future__ import annotations
 import argparse
 import datetime
 import multiprocessing
-import os
 import sys
 import time
 from pathlib import Path
 
-from machine import describe_machine
+from machine import describe_machine, machine_busy_seconds
 
 RESULTS = Path(__file__).resolve().parent / "results" / "latency_bound.md"
 WORKERS, ENVS_PER_WORKER = 4, 16
@@ -106,12 +105,6 @@ def worker_main(conn, index: int, row: dict) -> None:
                    "restarts": after["restarts"] - before["restarts"]})
     finally:
         loop.close()
-
-
-def machine_busy_seconds() -> float:
-    """CPU seconds all cores spent outside idle and iowait since boot (/proc/stat)."""
-    values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-    return (sum(values) - values[3] - values[4]) / os.sysconf("SC_CLK_TCK")
 
 
 def run_row(row: dict, warmup: float, seconds: float, workers: int = WORKERS) -> dict:

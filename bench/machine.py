@@ -1,4 +1,5 @@
-"""The machine a benchmark ran on, for its results header (figures compare only within one machine)."""
+"""The machine a benchmark ran on, for its results header (figures compare only within one machine), and how busy
+its cores were."""
 
 from __future__ import annotations
 
@@ -20,3 +21,9 @@ def describe_machine() -> str:
     except OSError:
         pass
     return f"{os.cpu_count()} cores ({model}{'; ' + ', '.join(flags) if flags else ''})"
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds all cores spent outside idle and iowait since boot (/proc/stat)."""
+    values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    return (sum(values) - values[3] - values[4]) / os.sysconf("SC_CLK_TCK")
