@@ -122,6 +122,7 @@ class _Host:
     process: EnvProcess | None = None
     fresh: bool = True  # the process has not answered yet (it may still be building its envs)
     start_failures: int = 0
+    held: list[EnvResult] = field(default_factory=list)  # results kept back while a neighbour resets
 
     @property
     def env_ids(self) -> list[int]:
@@ -202,8 +203,9 @@ class EnvPool:
         if seeds is not None and len(seeds) != self.num_envs:
             raise ValueError(f"EnvPool.reset_all seeds: expected {self.num_envs} seeds, got {len(seeds)}")
         busy = [slot.env_id for slot in self._slots if slot.waiting_for is not None]
-        if busy or self._results:
-            raise RuntimeError(f"EnvPool.reset_all: envs {busy or [r.env_id for r in self._results]} still have "
+        undelivered = self._results + [result for host in self._hosts for result in host.held]
+        if busy or undelivered:
+            raise RuntimeError(f"EnvPool.reset_all: envs {busy or [r.env_id for r in undelivered]} still have "
                                "undelivered results; recv them first")
         for host in self._hosts:
             self._request_resets(host, None if seeds is None else [seeds[env_id] for env_id in host.env_ids])
@@ -257,7 +259,8 @@ class EnvPool:
     @property
     def outstanding(self) -> int:
         """Results still to come from ``recv``: envs stepping or resetting, and results received but not returned."""
-        return sum(slot.waiting_for is not None and not slot.stale for slot in self._slots) + len(self._results)
+        held = sum(len(host.held) for host in self._hosts)
+        return sum(slot.waiting_for is not None and not slot.stale for slot in self._slots) + len(self._results) + held
 
     def record_episode(self, env_id: int) -> None:
         """Record the next episode that starts on ``env_id``: its result carries ``frames``."""
@@ -284,7 +287,7 @@ class EnvPool:
     @property
     def idle_env_ids(self) -> list[int]:
         """Envs waiting for an action (their last result was delivered)."""
-        delivered = {result.env_id for result in self._results}
+        delivered = {result.env_id for result in self._results + [r for host in self._hosts for r in host.held]}
         return [slot.env_id for slot in self._slots
                 if (slot.waiting_for is None or slot.stale) and slot.env_id not in delivered]
 
@@ -392,6 +395,7 @@ class EnvPool:
                                                  f"for {slot.waiting_for!r}")
             if host.process is not process:  # rebuilt (a failure or a recycle): the rest is stale
                 return
+        self._release(host)
 
     def _on_step(self, slot: _Slot, obs: Any, reward: float, terminated: bool, truncated: bool,
                  info: dict, frames: list | None) -> None:
@@ -401,7 +405,7 @@ class EnvPool:
         slot.episode_length += 1
         if not (terminated or truncated):
             slot.waiting_for = None
-            self._results.append(EnvResult(slot.env_id, obs, reward, terminated, truncated, info, first=False))
+            slot.host.held.append(EnvResult(slot.env_id, obs, reward, terminated, truncated, info, first=False))
             return
         slot.held_step = (obs, reward, terminated, truncated, info, frames)
         if slot.auto_reset_sent:  # the env resets now and answers on its own
@@ -437,7 +441,19 @@ class EnvPool:
                                reset_info=reset_info)
         slot.held_step, slot.lost_step, slot.restart_reason = None, False, None
         slot.episode_return, slot.episode_length = 0.0, 0
-        self._results.append(result)
+        slot.host.held.append(result)
+
+    def _release(self, host: _Host) -> None:
+        """Deliver a process's results once none of its envs is resetting after an episode's end.
+
+        The envs of a shared process cannot step again before their neighbour's reset is done (the process does
+        one thing at a time), so delivering their results earlier would gain nothing but would split the
+        process's envs into groups that answer apart, each with its own round trip and forward pass, for the
+        rest of the run. A process of one env releases each result at once.
+        """
+        if host.held and not any(slot.waiting_for == "reset" and slot.held_step is not None for slot in host.slots):
+            self._results.extend(host.held)
+            host.held.clear()
 
     def _lose_step_of_stale(self, slot: _Slot) -> None:
         """The caller acted on an observation of an env that has since been rebuilt: the step is lost."""
@@ -445,10 +461,13 @@ class EnvPool:
         if slot.stale_reset is not None:  # the fresh env is ready: answer now
             reset_reply, slot.stale_reset = slot.stale_reset, None
             self._on_reset(slot, *reset_reply)
+            self._release(slot.host)
         # else its reset is still on the way and is answered as a lost step when it comes
 
     def _restart(self, host: _Host, reason: str, detail: str) -> None:
         """Kill the process group, count the failure for each of its envs, and build and reset fresh envs."""
+        self._results.extend(host.held)  # results that exist are delivered; their envs' next steps are lost below
+        host.held.clear()
         for slot in host.slots:
             slot.restarts[reason] += 1
             if slot.waiting_for == "step":

@@ -378,3 +378,28 @@ def test_a_reset_that_outlives_reset_timeout_is_killed_and_the_env_rebuilt() -> 
         assert pool.stats()["restarts_by_reason"]["timeout"] == 1
     finally:
         pool.close()
+
+
+@pytest.mark.parametrize("envs_per_process", [1, 2])
+def test_a_shared_process_delivers_its_envs_together_while_one_of_them_resets(envs_per_process) -> None:
+    """Envs of one process cannot step again before their neighbour's reset is done, so their results wait for
+    it and the process's envs keep answering as one group; envs of their own process answer at once."""
+    pool = EnvPool(functools.partial(ScriptedEnv, episode_length=2, later_reset_sleep_s=1.0), 2,
+                   step_timeout_s=STEP_TIMEOUT_S, reset_timeout_s=RESET_TIMEOUT_S, envs_per_process=envs_per_process)
+    try:
+        pool.reset_all()
+        pool.recv(2)
+        pool.send([0], [0])
+        pool.recv(1)  # env 0 is now one step ahead of env 1
+        pool.send([0, 1], [0, 0])  # env 0 ends its episode and resets for 1 s; env 1 takes its first step
+        started = time.monotonic()
+        first = pool.recv(1)
+        if envs_per_process == 1:
+            assert [r.env_id for r in first] == [1] and time.monotonic() - started < 0.9
+            first += pool.recv(1)
+        else:
+            assert sorted(r.env_id for r in first) == [0, 1] and time.monotonic() - started >= 1.0
+        by_env = {r.env_id: r for r in first}
+        assert by_env[0].done and by_env[0].first and by_env[1].obs["t"] == 1 and not by_env[1].done
+    finally:
+        pool.close()
