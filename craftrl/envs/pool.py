@@ -22,10 +22,11 @@ processes' envs pays one pipe round trip per process instead of one per env.
 
 Deadlines: a step must be answered within ``step_timeout_s``; a reset, whether ``reset_all``'s, the one
 after an episode's last step or a rebuilt env's, within ``reset_timeout_s`` (for a new process, counted from
-its start, so that building the env is included). The reset after an episode's end is the env's own reply:
-the results of the other envs its process stepped do not wait for it, and a slow reset never eats into the
-step's deadline. The env's own result (its last step, with the next episode's first observation) comes once
-the reset is done.
+its start, so that building the env is included). The reset after an episode's end is the env's own reply,
+after the process answered the step request, so a slow reset never eats into the step's deadline. The env's
+result (its last step, with the next episode's first observation) comes once the reset is done, and so do
+the results of the other envs of its process, which could not step again before that anyway (see
+``_release``); an env alone in its process holds nobody.
 
 Failures: if an env process dies, hangs past its deadline, or raises, its process group is killed, fresh envs
 are built and reset, and each interrupted step comes back as ``truncated=True, reward=0.0, final_obs=None`` with
