@@ -89,7 +89,7 @@ def test_envs_of_different_speeds_act_in_groups_of_whoever_answered_and_every_fr
                             reset_jitter=0.8, episode_length=6, length_jitter=0.5, obs_shape=(8, 8, 3))
     fragments, episodes, stats = collect(env, num_envs=4, batch_size=4, fragment_length=5, fragments=40,
                                          max_batch_wait=max_batch_wait, seed=3)
-    assert stats["forward_passes"] > stats["env_steps"] / 4 * 1.5, "the groups were mostly partial"
+    assert stats["forward_passes"] > stats["env_steps"] / 4 * 1.2, "groups of whoever answered, not of all 4"
     for env_id, chain in by_env(fragments).items():
         assert [f.index for f in chain] == list(range(len(chain)))
         t = np.concatenate([f.obs["t"] for f in chain])
