@@ -92,7 +92,3 @@ class LatencyBoundEnv:
     def close(self) -> None:
         pass
 
-
-def make_latency_env(**kwargs: Any) -> LatencyBoundEnv:
-    """``synthetic/latency``: :class:`LatencyBoundEnv` with the given settings."""
-    return LatencyBoundEnv(**kwargs)

@@ -11,7 +11,7 @@ _REGISTRY: dict[str, str | Callable[..., Any]] = {
     "crafter/cows": "craftrl.envs.crafter.tasks:make_cows",
     "crafter/score": "craftrl.envs.crafter.tasks:make_score",
     "minecraft/sim": "craftrl.envs.minecraft:make_minecraft_sim",
-    "synthetic/latency": "craftrl.envs.latency:make_latency_env",  # Minecraft's timing by sleeping; no game
+    "synthetic/latency": "craftrl.envs.latency:LatencyBoundEnv",  # Minecraft's timing by sleeping; no game
 }
 
 

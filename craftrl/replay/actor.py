@@ -79,10 +79,8 @@ class ReplayBufferActor:
     async def add_fragments(self, metas: Sequence[FragmentMeta]) -> None:
         """Register fragments whose records the caller has already put into the store."""
         report_due = self._policy.add(metas)
-        if self._disk.error is None:
-            self._disk.written(meta.stored_nbytes for meta in metas)
-            if self._disk.error is not None:
-                logger.error("replay buffer: %s", self._disk.error)
+        if self._disk.written(meta.stored_nbytes for meta in metas):
+            logger.error("replay buffer: %s", self._disk.error)
         if report_due:
             self._report()
         self._delete_released()

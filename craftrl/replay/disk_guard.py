@@ -38,14 +38,17 @@ class DiskGuard:
         self.next_check = FIRST_CHECK_AFTER
         self.error: str | None = None
 
-    def written(self, encoded_sizes: Iterable[int]) -> None:
-        """Count fragments just written (their encoded sizes); project once a check is due."""
+    def written(self, encoded_sizes: Iterable[int]) -> bool:
+        """Count fragments just written (their encoded sizes) and project once a check is due; True when this
+        projection is the one that found the full store will not fit (:attr:`error` holds why)."""
         for size in encoded_sizes:
             self.fragments += 1
             self.encoded_bytes += size
-        if self.error is None and self.fragments >= self.next_check:
-            self.next_check = 2 * self.fragments
-            self.error = self.check()
+        if self.error is not None or self.fragments < self.next_check:
+            return False
+        self.next_check = 2 * self.fragments
+        self.error = self.check()
+        return self.error is not None
 
     def check(self) -> str | None:
         """None when the full store fits beside what the disk holds now, else the one-line reason."""

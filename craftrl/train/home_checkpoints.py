@@ -12,20 +12,26 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
 from craftrl.system import current_node_id, on_node
 from craftrl.train.checkpoint import (STATE_FILE, TrainingState, apply_retention, checkpoint_payload, load_checkpoint,
-                                      resolve_resume, save_checkpoint, write_checkpoint)
+                                      resolve_resume, write_checkpoint)
+
+
+def _write_and_retain(save_path: str, iteration: int, write_state: Callable[[Path], None], config_yaml: str,
+                      keep_interval: int, keep_last: int) -> str:
+    final = write_checkpoint(save_path, iteration, write_state, config_yaml)
+    apply_retention(save_path, keep_interval, keep_last)
+    return str(final)
 
 
 def _write_on_home(save_path: str, iteration: int, state: bytes, config_yaml: str, keep_interval: int,
                    keep_last: int) -> str:
-    final = write_checkpoint(save_path, iteration, lambda path: path.write_bytes(state), config_yaml)
-    apply_retention(save_path, keep_interval, keep_last)
-    return str(final)
+    return _write_and_retain(save_path, iteration, lambda path: path.write_bytes(state), config_yaml, keep_interval,
+                             keep_last)
 
 
 def _read_on_home(resume: str, save_path: str) -> tuple[str, bytes]:
@@ -47,16 +53,14 @@ class HomeCheckpoints:
              reference: dict[str, torch.Tensor] | None, scaler: dict[str, Any] | None = None,
              config_yaml: str = "") -> str:
         """Write one checkpoint atomically, apply the retention rule; returns its directory (on the home node)."""
+        payload = checkpoint_payload(training, model=model, optimizer=optimizer, reference=reference, scaler=scaler)
         if not self.through_ray:
-            final = save_checkpoint(self.save_path, training, model=model, optimizer=optimizer, reference=reference,
-                                    scaler=scaler, config_yaml=config_yaml)
-            apply_retention(self.save_path, self.keep_interval, self.keep_last)
-            return str(final)
+            return _write_and_retain(self.save_path, training.iteration, lambda path: torch.save(payload, path),
+                                     config_yaml, self.keep_interval, self.keep_last)
         import ray
 
         buffer = io.BytesIO()
-        torch.save(checkpoint_payload(training, model=model, optimizer=optimizer, reference=reference,
-                                      scaler=scaler), buffer)
+        torch.save(payload, buffer)
         write = ray.remote(_write_on_home).options(num_cpus=0, max_retries=3, **on_node(self.home_node))
         return ray.get(write.remote(self.save_path, training.iteration, buffer.getbuffer().tobytes(), config_yaml,
                                     self.keep_interval, self.keep_last))
