@@ -67,7 +67,7 @@ def in_pool(task: str, num_envs: int, seconds: float, envs_per_process: int = 1)
         cpu_before = cpu_seconds(pids)
         started = time.perf_counter()
         while time.perf_counter() - started < seconds:
-            pool.send([r.env_id for r in results], [int(a) for a in rng.integers(NUM_ACTIONS, size=len(results))])
+            pool.send([r.env_index for r in results], [int(a) for a in rng.integers(NUM_ACTIONS, size=len(results))])
             results = pool.recv(1)
             steps += len(results)
             episodes += sum(r.done for r in results)

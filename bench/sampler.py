@@ -39,14 +39,14 @@ def raw_steps_per_s(pool: EnvPool, seconds: float, rng: np.random.Generator) -> 
     results = pool.recv(pool.num_envs)
     steps, started = 0, time.perf_counter()
     while time.perf_counter() - started < seconds:
-        pool.send([r.env_id for r in results], [int(a) for a in rng.integers(17, size=len(results))])
+        pool.send([r.env_index for r in results], [int(a) for a in rng.integers(17, size=len(results))])
         results = pool.recv(1)
         steps += len(results)
     elapsed = time.perf_counter() - started
     pending = pool.num_envs - len(results)
     if pending:
         results += pool.recv(pending)
-    pool.send([r.env_id for r in results], [0] * len(results))  # leave every env with one request, as found
+    pool.send([r.env_index for r in results], [0] * len(results))  # leave every env with one request, as found
     return steps / elapsed
 
 

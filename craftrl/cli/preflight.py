@@ -22,10 +22,7 @@ cannot build the env (its game is installed only on the cluster's rollout nodes)
 
 from __future__ import annotations
 
-import multiprocessing
-import os
 import pickle
-import signal
 import time
 import traceback
 import zipfile
@@ -36,6 +33,7 @@ from typing import Any, Callable
 
 from craftrl.config.validate import ConfigError
 from craftrl.envs.contract import ContractError, check_env_methods, check_reset_result, check_step_result
+from craftrl.envs.env_process import SupervisedProcess, become_supervised
 from craftrl.rollout.fragment import fragment_nbytes
 
 ENV = "env_generator"
@@ -95,13 +93,12 @@ def check_resume(resume: str | None, save_path: str | Path) -> Path | None:
     if not resume:
         return None
     if resume == "latest":
-        from craftrl.train.checkpoint import list_checkpoints
+        from craftrl.train.checkpoint import resolve_resume
 
-        found = list_checkpoints(save_path)
-        if not found:
-            raise ConfigError([f"train_config.resume=latest: no checkpoint under {save_path} (expected "
-                               "iter_NNNNNNNN/state.pt there; pass --resume CHECKPOINT_DIR to name one)"])
-        resume = str(found[-1][1])
+        try:
+            resume = str(resolve_resume(resume, save_path))
+        except FileNotFoundError as error:
+            raise ConfigError([str(error)]) from None
     return check_resume_checkpoint(resume).path
 
 
@@ -318,11 +315,7 @@ def _discrete_actions(env: Any) -> int | None:
 
 def _probe_env_main(conn: Connection, generator_bytes: bytes, seed: int) -> None:
     """Body of the preflight env process: build, reset, report; then step once if asked; then close."""
-    os.setsid()  # its own process group, so that the parent can kill the env and everything it started
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    from craftrl.envs.env_process import _watch_parent
-
-    _watch_parent(os.getppid())
+    become_supervised()
     stage = "unpickle"
     try:
         generator = pickle.loads(generator_bytes)
@@ -362,14 +355,9 @@ class EnvProbe:
                  step_timeout: float) -> None:
         generator_bytes = check_picklable(ENV, env_generator, "env processes")
         self.reset_timeout, self.step_timeout = reset_timeout, step_timeout
-        context = multiprocessing.get_context("spawn")
-        self.conn, child_conn = context.Pipe(duplex=True)
-        self.process = context.Process(target=_probe_env_main, args=(child_conn, generator_bytes, seed),
-                                       name="craftrl-preflight-env", daemon=False)
+        self.child = SupervisedProcess(_probe_env_main, (generator_bytes, seed), "craftrl-preflight-env")
+        self.conn, self.process = self.child.conn, self.child.process
         self.idle = False  # True while the env process waits for a request (so it can close itself)
-        self.started = time.monotonic()
-        self.process.start()
-        child_conn.close()  # so that the child's death reads as EOF here
 
     def __enter__(self) -> "EnvProbe":
         return self
@@ -378,7 +366,7 @@ class EnvProbe:
         self.close()
 
     def wait_for_reset(self) -> FirstObservation:
-        remaining = self.reset_timeout - (time.monotonic() - self.started)
+        remaining = self.reset_timeout - (time.monotonic() - self.child.started_at)
         reply = self._receive("building and resetting the env", remaining, "reset_timeout", self.reset_timeout)
         return FirstObservation(obs=reply[1], num_actions=reply[2])
 
@@ -423,14 +411,4 @@ class EnvProbe:
                 self.process.join(timeout=CLOSE_WAIT_S)
             except (OSError, ValueError):
                 pass
-        if self.process.pid is not None:
-            try:
-                os.killpg(self.process.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                if self.process.exitcode is None:
-                    try:
-                        os.kill(self.process.pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
-        self.process.join(timeout=5.0)
-        self.conn.close()
+        self.child.kill()

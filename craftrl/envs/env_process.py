@@ -16,7 +16,9 @@ Wire protocol (tuples over a duplex pipe; at most one request outstanding per en
   record), ...])``, ``("close",)``; ``index`` numbers the envs of this process from 0;
 * child -> parent: ``("results", [entry, ...])`` with one entry per env of the request, in its order:
   ``(index, "reset", obs, info, frames_started)`` or ``(index, "step", obs, reward, terminated, truncated,
-  info, frames)``; or ``("error", where, traceback_text)``, after which the parent kills the process.
+  info, frames)``; or ``("error", where, traceback_text)``, after which the parent kills the process; or
+  ``("region", index, kind, size)`` followed by a file descriptor: shared memory for that env's large
+  observation arrays, which replies then reference instead of carrying (``shared_frames.py``).
 
 A step request is answered once every env it names has stepped. Then the child resets, one at a time, the
 envs whose episode ended with ``auto_reset`` set, and answers each reset with a reply of its own: the steps
@@ -34,10 +36,12 @@ import signal
 import threading
 import time
 import traceback
+from multiprocessing import popen_spawn_posix, spawn
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, Callable
 
 from craftrl.envs.contract import check_reset_result, check_step_result
+from craftrl.envs.shared_frames import FrameReceiver, FrameSender
 
 _PARENT_CHECK_PERIOD_S = 2.0
 
@@ -106,32 +110,41 @@ def _reset(env: Any, seed: int | None) -> tuple[Any, Any]:
     return result
 
 
-def _step_entry(env: Any, recorder: _Recorder, index: int, action: Any, record: bool) -> tuple:
+def _step_entry(env: Any, recorder: _Recorder, sender: FrameSender, index: int, action: Any, record: bool) -> tuple:
     recorder.requested |= record
     result = env.step(action)
     check_step_result(result, "env.step")
     obs, reward, terminated, truncated, info = result
     frames = recorder.on_step(env, bool(terminated or truncated))
-    return (index, "step", obs, float(reward), bool(terminated), bool(truncated), info, frames)
+    return (index, "step", sender.pack(index, "step", obs), float(reward), bool(terminated), bool(truncated), info,
+            frames)
 
 
-def _reset_entry(env: Any, recorder: _Recorder, index: int, seed: int | None, record: bool) -> tuple:
+def _reset_entry(env: Any, recorder: _Recorder, sender: FrameSender, index: int, seed: int | None,
+                 record: bool) -> tuple:
     recorder.requested |= record
     obs, info = _reset(env, seed)
-    return (index, "reset", obs, info, recorder.on_reset(env))
+    return (index, "reset", sender.pack(index, "reset", obs), info, recorder.on_reset(env))
+
+
+def become_supervised() -> None:
+    """First thing in a supervised child: lead a process group of its own (killing the group takes the env and
+    everything it started), die with its parent, and leave Ctrl-C to the parent, which kills it."""
+    os.setsid()
+    _watch_parent(os.getppid())
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def env_process_main(conn: Connection, generator_bytes: bytes, count: int = 1) -> None:
     """Entry point of an env process: build ``count`` envs, then serve requests until told to stop."""
-    os.setsid()
-    _watch_parent(os.getppid())
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it kills us
+    become_supervised()
     where = "env_generator"
     entries: list[tuple] = []
     try:
         generator = pickle.loads(generator_bytes)
         envs = [generator() for _ in range(count)]
         recorders = [_Recorder() for _ in range(count)]
+        sender = FrameSender(conn, lambda message: send_message(conn, message))
         while True:
             try:
                 message = receive_message(conn)
@@ -144,19 +157,19 @@ def env_process_main(conn: Connection, generator_bytes: bytes, count: int = 1) -
                 return
             if command == "reset":
                 for index, seed, record in message[1]:
-                    entries.append(_reset_entry(envs[index], recorders[index], index, seed, record))
+                    entries.append(_reset_entry(envs[index], recorders[index], sender, index, seed, record))
             elif command == "step":
                 to_reset = []
                 for index, action, auto_reset, record in message[1]:
-                    entries.append(_step_entry(envs[index], recorders[index], index, action, record))
+                    entries.append(_step_entry(envs[index], recorders[index], sender, index, action, record))
                     terminated, truncated = entries[-1][4:6]
                     if (terminated or truncated) and auto_reset:
                         to_reset.append(index)
                 send_message(conn, ("results", entries))
                 where, entries = "reset", []  # sent: a failing reset must not send the steps again
                 for index in to_reset:
-                    send_message(conn, ("results", [_reset_entry(envs[index], recorders[index], index, None,
-                                                                 False)]))
+                    send_message(conn, ("results", [_reset_entry(envs[index], recorders[index], sender, index,
+                                                                 None, False)]))
                 continue
             else:
                 raise ValueError(f"env process: unknown command {command!r}")
@@ -172,14 +185,49 @@ def env_process_main(conn: Connection, generator_bytes: bytes, count: int = 1) -
                 pass
 
 
-class EnvProcess:
-    """Parent-side handle of one env process: start it, talk to it, kill its whole process group."""
+class _SpawnWithoutMain(popen_spawn_posix.Popen):
+    """Spawns without re-running the parent's ``__main__`` in the child, which multiprocessing does by default.
 
-    def __init__(self, context: multiprocessing.context.BaseContext, generator_bytes: bytes, count: int = 1) -> None:
+    An env process needs nothing from it: its generator arrives pickled with cloudpickle, by value where it
+    was defined in ``__main__``. Re-running it would cost every env process the parent's imports, and in a Ray
+    rollout worker ``__main__`` is Ray's worker module: importing Ray took seconds of CPU per env process, so a
+    worker of 16 envs spent its first half minute on 2 cores starting them.
+    """
+
+    _lock = threading.Lock()  # the preparation function is swapped for this process's launch only
+
+    def _launch(self, process_obj: Any) -> None:
+        with self._lock:
+            prepare = spawn.get_preparation_data
+
+            def without_main(name: str) -> dict[str, Any]:
+                data = prepare(name)
+                data.pop("init_main_from_path", None)
+                data.pop("init_main_from_name", None)
+                return data
+
+            spawn.get_preparation_data = without_main
+            try:
+                super()._launch(process_obj)
+            finally:
+                spawn.get_preparation_data = prepare
+
+
+def start_without_main(process: multiprocessing.process.BaseProcess) -> None:
+    """Start a spawn-context ``process`` without the parent's ``__main__`` (see ``_SpawnWithoutMain``)."""
+    process._Popen = _SpawnWithoutMain  # BaseProcess.start calls self._Popen(self)
+    process.start()
+
+
+class SupervisedProcess:
+    """A spawned child that runs ``target(conn, *args)`` (which starts with ``become_supervised``), talks over a
+    duplex pipe, and is killed together with its whole process group."""
+
+    def __init__(self, target: Callable[..., None], args: tuple, name: str) -> None:
+        context = multiprocessing.get_context("spawn")
         self.conn, child_conn = context.Pipe(duplex=True)
-        self.process = context.Process(target=env_process_main, args=(child_conn, generator_bytes, count),
-                                       name="craftrl-env", daemon=False)
-        self.process.start()
+        self.process = context.Process(target=target, args=(child_conn, *args), name=name, daemon=False)
+        start_without_main(self.process)
         child_conn.close()  # so that the child's death reads as EOF here
         self.started_at = time.monotonic()
 
@@ -192,20 +240,8 @@ class EnvProcess:
     def sentinel(self) -> int:
         return self.process.sentinel
 
-    def send(self, message: tuple) -> bool:
-        """Send a request; False if the pipe is already broken (the death is noticed by ``wait``)."""
-        try:
-            send_message(self.conn, message)
-            return True
-        except (BrokenPipeError, ConnectionResetError, OSError):
-            return False
-
-    def receive(self) -> tuple:
-        """The next message from the env process (blocks); EOFError or OSError once it is gone."""
-        return receive_message(self.conn)
-
     def kill(self) -> None:
-        """SIGKILL the env's process group (the env and everything it started), then reap it."""
+        """SIGKILL the process group (the child and everything it started), then reap the child."""
         try:
             os.killpg(self.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
@@ -218,6 +254,39 @@ class EnvProcess:
                     pass
         self.process.join(timeout=10.0)
         self.conn.close()
+
+
+class EnvProcess(SupervisedProcess):
+    """Parent-side handle of one env process: start it, talk to it, kill its whole process group."""
+
+    def __init__(self, generator_bytes: bytes, count: int = 1) -> None:
+        super().__init__(env_process_main, (generator_bytes, count), "craftrl-env")
+        self.shared = FrameReceiver()
+
+    def send(self, message: tuple) -> bool:
+        """Send a request; False if the pipe is already broken (the death is noticed by ``wait``)."""
+        try:
+            send_message(self.conn, message)
+            return True
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            return False
+
+    def receive(self) -> tuple | None:
+        """The next message from the env process (blocks), its observations whole; None for a message that only
+        announced shared memory (``shared_frames.py``); EOFError or OSError once the process is gone."""
+        message = receive_message(self.conn)
+        if message[0] == "region":
+            self.shared.add_region(self.conn, *message[1:])
+            return None
+        if message[0] == "results":
+            for position, entry in enumerate(message[1]):
+                if type(entry[2]) is not dict:
+                    message[1][position] = (*entry[:2], self.shared.unpack(entry[0], entry[2]), *entry[3:])
+        return message
+
+    def kill(self) -> None:
+        super().kill()
+        self.shared.close()
 
     def close(self, timeout_s: float) -> None:
         """Ask the env to close cleanly, wait up to ``timeout_s``, then kill the group regardless."""

@@ -7,7 +7,7 @@ Protocol (one outstanding request per env; results arrive in completion order)::
     while training:
         results = pool.recv(min_count=4, timeout=None)   # blocks without spinning
         actions = policy([r.obs for r in results])
-        pool.send([r.env_id for r in results], actions)
+        pool.send([r.env_index for r in results], actions)
 
 Auto-reset: a step that ends an episode (terminated or truncated) yields ONE result carrying that
 step's ``reward``/``terminated``/``truncated``/``info``, the episode's last observation as
@@ -41,7 +41,6 @@ episode ends normally.
 from __future__ import annotations
 
 import logging
-import multiprocessing
 import selectors
 import time
 import weakref
@@ -75,7 +74,7 @@ class EpisodeSummary:
 class EnvResult:
     """One env's answer to ``send`` (or to ``reset_all`` when ``from_reset``)."""
 
-    env_id: int
+    env_index: int  # the env's position in the pool, 0 to num_envs - 1
     obs: dict[str, Any]  # what the policy acts on next (the reset obs after an episode end)
     reward: float
     terminated: bool
@@ -97,7 +96,7 @@ class EnvResult:
 class _Slot:
     """One env, as the caller sees it."""
 
-    env_id: int
+    env_index: int
     host: _Host
     index: int  # the env's position among its process's envs
     waiting_for: str | None = None  # "reset" | "step" | None (idle: waits for an action)
@@ -126,8 +125,8 @@ class _Host:
     held: list[EnvResult] = field(default_factory=list)  # results kept back while a neighbour resets
 
     @property
-    def env_ids(self) -> list[int]:
-        return [slot.env_id for slot in self.slots]
+    def env_indices(self) -> list[int]:
+        return [slot.env_index for slot in self.slots]
 
 
 def _kill_all(hosts: list[_Host]) -> None:
@@ -177,12 +176,11 @@ class EnvPool:
         self.max_start_failures = int(max_start_failures)
         self.close_timeout_s = float(close_timeout_s)
         self._generator_bytes = cloudpickle.dumps(env_generator)
-        self._context = multiprocessing.get_context("spawn")
         self._hosts = [_Host() for _ in range(0, num_envs, envs_per_process)]
         self._slots = []
-        for env_id in range(num_envs):
-            host = self._hosts[env_id // envs_per_process]
-            host.slots.append(_Slot(env_id, host, index=len(host.slots)))
+        for env_index in range(num_envs):
+            host = self._hosts[env_index // envs_per_process]
+            host.slots.append(_Slot(env_index, host, index=len(host.slots)))
             self._slots.append(host.slots[-1])
         self._results: list[EnvResult] = []
         self._closed = False
@@ -203,31 +201,31 @@ class EnvPool:
         self._check_open()
         if seeds is not None and len(seeds) != self.num_envs:
             raise ValueError(f"EnvPool.reset_all seeds: expected {self.num_envs} seeds, got {len(seeds)}")
-        busy = [slot.env_id for slot in self._slots if slot.waiting_for is not None]
+        busy = [slot.env_index for slot in self._slots if slot.waiting_for is not None]
         undelivered = self._results + [result for host in self._hosts for result in host.held]
         if busy or undelivered:
-            raise RuntimeError(f"EnvPool.reset_all: envs {busy or [r.env_id for r in undelivered]} still have "
+            raise RuntimeError(f"EnvPool.reset_all: envs {busy or [r.env_index for r in undelivered]} still have "
                                "undelivered results; recv them first")
         for host in self._hosts:
-            self._request_resets(host, None if seeds is None else [seeds[env_id] for env_id in host.env_ids])
+            self._request_resets(host, None if seeds is None else [seeds[env_index] for env_index in host.env_indices])
 
-    def send(self, env_ids: Sequence[int], actions: Sequence[Any]) -> None:
-        """Start one step on each of ``env_ids`` with the matching action; returns without waiting."""
+    def send(self, env_indices: Sequence[int], actions: Sequence[Any]) -> None:
+        """Start one step on each of ``env_indices`` with the matching action; returns without waiting."""
         self._check_open()
-        env_ids = [int(env_id) for env_id in env_ids]
-        if len(env_ids) != len(actions):
-            raise ValueError(f"EnvPool.send: got {len(env_ids)} env ids but {len(actions)} actions")
-        if len(set(env_ids)) != len(env_ids):
-            raise ValueError(f"EnvPool.send: env ids must be distinct, got {env_ids}")
-        for env_id in env_ids:
-            if not 0 <= env_id < self.num_envs:
-                raise ValueError(f"EnvPool.send: env id {env_id} out of range [0, {self.num_envs})")
-            slot = self._slots[env_id]
+        env_indices = [int(env_index) for env_index in env_indices]
+        if len(env_indices) != len(actions):
+            raise ValueError(f"EnvPool.send: got {len(env_indices)} env indices but {len(actions)} actions")
+        if len(set(env_indices)) != len(env_indices):
+            raise ValueError(f"EnvPool.send: env indices must be distinct, got {env_indices}")
+        for env_index in env_indices:
+            if not 0 <= env_index < self.num_envs:
+                raise ValueError(f"EnvPool.send: env index {env_index} out of range [0, {self.num_envs})")
+            slot = self._slots[env_index]
             if slot.waiting_for is not None and not slot.stale:
-                raise RuntimeError(f"EnvPool.send: env {env_id} is still busy; send only to envs whose result you received")
+                raise RuntimeError(f"EnvPool.send: env {env_index} is still busy; send only to envs whose result you received")
         requests: dict[_Host, list[tuple]] = {}  # the step requests of each process's envs
-        for env_id, action in zip(env_ids, actions):
-            slot = self._slots[env_id]
+        for env_index, action in zip(env_indices, actions):
+            slot = self._slots[env_index]
             if slot.stale:
                 self._lose_step_of_stale(slot)
                 continue
@@ -263,11 +261,11 @@ class EnvPool:
         held = sum(len(host.held) for host in self._hosts)
         return sum(slot.waiting_for is not None and not slot.stale for slot in self._slots) + len(self._results) + held
 
-    def record_episode(self, env_id: int) -> None:
-        """Record the next episode that starts on ``env_id``: its result carries ``frames``."""
-        if not 0 <= env_id < self.num_envs:
-            raise ValueError(f"EnvPool.record_episode: env id {env_id} out of range [0, {self.num_envs})")
-        self._slots[env_id].record_pending = True
+    def record_episode(self, env_index: int) -> None:
+        """Record the next episode that starts on ``env_index``: its result carries ``frames``."""
+        if not 0 <= env_index < self.num_envs:
+            raise ValueError(f"EnvPool.record_episode: env index {env_index} out of range [0, {self.num_envs})")
+        self._slots[env_index].record_pending = True
 
     @property
     def restart_counts(self) -> list[int]:
@@ -286,11 +284,11 @@ class EnvPool:
                 "env_processes": len(self.process_ids())}
 
     @property
-    def idle_env_ids(self) -> list[int]:
+    def idle_env_indices(self) -> list[int]:
         """Envs waiting for an action (their last result was delivered)."""
-        delivered = {result.env_id for result in self._results + [r for host in self._hosts for r in host.held]}
-        return [slot.env_id for slot in self._slots
-                if (slot.waiting_for is None or slot.stale) and slot.env_id not in delivered]
+        delivered = {result.env_index for result in self._results + [r for host in self._hosts for r in host.held]}
+        return [slot.env_index for slot in self._slots
+                if (slot.waiting_for is None or slot.stale) and slot.env_index not in delivered]
 
     def process_ids(self) -> list[int]:
         """PIDs of the live env processes (each is also its process group id)."""
@@ -329,7 +327,7 @@ class EnvPool:
             time.monotonic() - host.process.started_at >= self.restart_interval_s)
 
     def _start_process(self, host: _Host) -> None:
-        host.process = EnvProcess(self._context, self._generator_bytes, len(host.slots))
+        host.process = EnvProcess(self._generator_bytes, len(host.slots))
         host.fresh = True
         self._selector.register(host.process.conn, selectors.EVENT_READ, host)
         self._selector.register(host.process.sentinel, selectors.EVENT_READ, host)
@@ -363,7 +361,7 @@ class EnvPool:
         now = time.monotonic()
         for slot in busy:
             if slot.waiting_for is not None and slot.deadline <= now:
-                self._restart(slot.host, "timeout", f"env {slot.env_id}: no {slot.waiting_for} reply within the timeout")
+                self._restart(slot.host, "timeout", f"env {slot.env_index}: no {slot.waiting_for} reply within the timeout")
 
     def _drain(self, host: _Host) -> None:
         """Handle every message this process has sent; restart it if it has died."""
@@ -371,7 +369,9 @@ class EnvPool:
         assert process is not None
         try:
             while host.process is process and process.conn.poll():
-                self._handle(host, process.receive())
+                message = process.receive()
+                if message is not None:
+                    self._handle(host, message)
         except (EOFError, OSError):  # the child closed its end: it is dead or dying
             process.process.join(timeout=1.0)
             self._restart(host, "died", f"env process exited with code {process.process.exitcode}")
@@ -392,7 +392,7 @@ class EnvPool:
             elif kind == "reset" and slot.waiting_for == "reset":
                 self._on_reset(slot, *payload)
             else:
-                self._restart(host, "exception", f"env {slot.env_id}: unexpected {kind!r} reply while waiting "
+                self._restart(host, "exception", f"env {slot.env_index}: unexpected {kind!r} reply while waiting "
                                                  f"for {slot.waiting_for!r}")
             if host.process is not process:  # rebuilt (a failure or a recycle): the rest is stale
                 return
@@ -406,7 +406,7 @@ class EnvPool:
         slot.episode_length += 1
         if not (terminated or truncated):
             slot.waiting_for = None
-            slot.host.held.append(EnvResult(slot.env_id, obs, reward, terminated, truncated, info, first=False))
+            slot.host.held.append(EnvResult(slot.env_index, obs, reward, terminated, truncated, info, first=False))
             return
         slot.held_step = (obs, reward, terminated, truncated, info, frames)
         if slot.auto_reset_sent:  # the env resets now and answers on its own
@@ -430,15 +430,15 @@ class EnvPool:
             final_obs, reward, terminated, truncated, info, frames = slot.held_step
             if restarted:
                 info = dict(info, env_restarted=True, restart_reason=slot.restart_reason)
-            result = EnvResult(slot.env_id, obs, reward, terminated, truncated, info, first=True,
+            result = EnvResult(slot.env_index, obs, reward, terminated, truncated, info, first=True,
                                final_obs=final_obs, reset_info=reset_info, episode=episode, frames=frames)
         elif slot.lost_step:
             info = {"env_restarted": True, "restart_reason": slot.restart_reason}
-            result = EnvResult(slot.env_id, obs, 0.0, False, True, info, first=True,
+            result = EnvResult(slot.env_index, obs, 0.0, False, True, info, first=True,
                                reset_info=reset_info, episode=episode)
         else:
             info = dict(reset_info, env_restarted=True, restart_reason=slot.restart_reason) if restarted else reset_info
-            result = EnvResult(slot.env_id, obs, 0.0, False, False, info, first=True, from_reset=True,
+            result = EnvResult(slot.env_index, obs, 0.0, False, False, info, first=True, from_reset=True,
                                reset_info=reset_info)
         slot.held_step, slot.lost_step, slot.restart_reason = None, False, None
         slot.episode_return, slot.episode_length = 0.0, 0
@@ -476,12 +476,12 @@ class EnvPool:
             elif slot.waiting_for is None or slot.stale:  # its last result went (or goes) to the caller
                 slot.stale, slot.stale_reset = True, None
             slot.restart_reason = reason
-        logger.warning("env process of envs %s restarted (%s): %s", host.env_ids, reason, detail)
+        logger.warning("env process of envs %s restarted (%s): %s", host.env_indices, reason, detail)
         if host.fresh:
             host.start_failures += 1
             if host.start_failures >= self.max_start_failures:
                 self._stop_process(host)
-                raise EnvPoolError(f"env {', '.join(map(str, host.env_ids))}: {host.start_failures} fresh envs in a "
+                raise EnvPoolError(f"env {', '.join(map(str, host.env_indices))}: {host.start_failures} fresh envs in a "
                                    f"row failed before answering; last failure ({reason}): {detail}")
         self._replace_process(host)
 

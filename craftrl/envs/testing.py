@@ -26,11 +26,14 @@ class ScriptedEnv:
     ``fail_in`` ("step" or "reset") and ``fail_mode`` (one of ``FAILURE_MODES``) make the
     ``fail_at``-th call of that method in this process fail (1-based).
     ``end_with`` says how an episode ends at ``episode_length``: "terminated" or "truncated".
+    Images are ``image_side`` pixels square, ``image_growth`` more for each episode after the first (large
+    frames take the env process's shared memory, ``shared_frames.py``).
     """
 
     def __init__(self, episode_length: int = 5, end_with: str = "terminated", fail_in: str | None = None,
                  fail_mode: str = "raise", fail_at: int = 1, spawn_child: bool = False,
-                 step_sleep_s: float = 0.0, later_reset_sleep_s: float = 0.0) -> None:
+                 step_sleep_s: float = 0.0, later_reset_sleep_s: float = 0.0, image_side: int = 8,
+                 image_growth: int = 0) -> None:
         if end_with not in ("terminated", "truncated"):
             raise ValueError(f"ScriptedEnv end_with: expected 'terminated' or 'truncated', got {end_with!r}")
         if fail_in not in (None, "step", "reset"):
@@ -42,6 +45,7 @@ class ScriptedEnv:
         self.fail_in, self.fail_mode, self.fail_at = fail_in, fail_mode, fail_at
         self.step_sleep_s = step_sleep_s
         self.later_reset_sleep_s = later_reset_sleep_s  # every reset but this process's first is this slow
+        self.image_side, self.image_growth = image_side, image_growth
         self.calls = {"step": 0, "reset": 0}
         self.t = 0
         self.episode = 0
@@ -63,7 +67,8 @@ class ScriptedEnv:
         raise RuntimeError(f"ScriptedEnv: scripted failure in {method} call {self.calls[method]}")
 
     def _obs(self) -> dict[str, Any]:
-        return {"image": np.full((8, 8, 3), self.t % 256, np.uint8), "t": np.int64(self.t)}
+        side = self.image_side + self.image_growth * max(self.episode - 1, 0)
+        return {"image": np.full((side, side, 3), self.t % 256, np.uint8), "t": np.int64(self.t)}
 
     def _info(self) -> dict[str, Any]:
         return {"pid": os.getpid(), "child_pid": None if self.child is None else self.child.pid,

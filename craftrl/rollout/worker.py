@@ -226,7 +226,7 @@ class RolloutLoop:
         actions, fragments = self._act(group)
         self.timers.inference += time.monotonic() - started
         self.timers.forward_passes += 1
-        self.pool.send([result.env_id for result in group], actions)
+        self.pool.send([result.env_index for result in group], actions)
         for fragment in fragments:
             self.timers.emit_blocked_since = started = time.monotonic()
             self.emit(fragment)
@@ -256,11 +256,11 @@ class RolloutLoop:
         """Give each env's previous step its outcome; report finished episodes."""
         bootstrap = self._truncation_values(group)
         for result in group:
-            track = self.tracks[result.env_id]
+            track = self.tracks[result.env_index]
             if result.from_reset:
                 continue
             track.cutter.end_step(result.reward, result.terminated, result.truncated,
-                                  bootstrap.get(result.env_id))
+                                  bootstrap.get(result.env_index))
             track.discounted += track.discount_power * result.reward
             track.discount_power *= self.discount
             if result.done:
@@ -276,12 +276,12 @@ class RolloutLoop:
         if not rows:
             return {}
         with torch.inference_mode():
-            state = merge_states([self.tracks[r.env_id].state for r in rows])
+            state = merge_states([self.tracks[r.env_index].state for r in rows])
             first = torch.zeros(len(rows), 1, dtype=torch.bool, device=self.device)
             latents, _ = self.policy(input=obs_batch([r.final_obs for r in rows], self.device),
                                      state_in=state, first=first)
             values = self.policy.value_head.denormalize(latents["vpred"])[:, 0].cpu().numpy()
-        return {r.env_id: float(v) for r, v in zip(rows, values)}
+        return {r.env_index: float(v) for r, v in zip(rows, values)}
 
     def _finish_episode(self, result: EnvResult, track: _EnvTrack) -> None:
         summary = result.episode
@@ -300,7 +300,7 @@ class RolloutLoop:
             self._video_label = None
 
     def _act(self, group: list[EnvResult]) -> tuple[list[Any], list[Fragment]]:
-        tracks = [self.tracks[result.env_id] for result in group]
+        tracks = [self.tracks[result.env_index] for result in group]
         states_in = [track.state for track in tracks]
         first = torch.tensor([[result.first] for result in group], dtype=torch.bool, device=self.device)
         with torch.inference_mode():

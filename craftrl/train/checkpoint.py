@@ -136,7 +136,8 @@ def resolve_resume(resume: str, save_path: str | Path) -> Path:
     if resume == "latest":
         found = list_checkpoints(save_path)
         if not found:
-            raise FileNotFoundError(f"train_config.resume=latest: no checkpoint under {save_path}")
+            raise FileNotFoundError(f"train_config.resume=latest: no checkpoint under {save_path} (expected "
+                                    "iter_NNNNNNNN/state.pt there; pass --resume CHECKPOINT_DIR to name one)")
         return found[-1][1]
     path = Path(resume).expanduser()
     if not (path / STATE_FILE).is_file():

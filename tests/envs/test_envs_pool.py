@@ -43,15 +43,15 @@ def scripted_pool(num_envs: int = 1, **env_kwargs) -> EnvPool:
 
 
 def step_all(pool: EnvPool, results, action=0):
-    pool.send([r.env_id for r in results], [action] * len(results))
-    return sorted(pool.recv(len(results)), key=lambda r: r.env_id)
+    pool.send([r.env_index for r in results], [action] * len(results))
+    return sorted(pool.recv(len(results)), key=lambda r: r.env_index)
 
 
 def test_auto_reset_exposes_final_obs_and_delivers_the_reset_obs() -> None:
     with scripted_pool(2, episode_length=3, end_with="truncated") as pool:
         pool.reset_all(seeds=[10, 11])
-        results = sorted(pool.recv(2), key=lambda r: r.env_id)
-        assert [(r.env_id, r.from_reset, r.first, r.reward) for r in results] == [(0, True, True, 0.0), (1, True, True, 0.0)]
+        results = sorted(pool.recv(2), key=lambda r: r.env_index)
+        assert [(r.env_index, r.from_reset, r.first, r.reward) for r in results] == [(0, True, True, 0.0), (1, True, True, 0.0)]
         assert [r.info["seed"] for r in results] == [10, 11]
         for t in (1, 2):
             results = step_all(pool, results, action=7)
@@ -76,7 +76,7 @@ def test_api_misuse_is_rejected_with_clear_errors() -> None:
         with pytest.raises(ValueError, match="only 2 results are outstanding"):
             pool.recv(3)
         results = pool.recv(2)
-        with pytest.raises(ValueError, match="2 env ids but 1 actions"):
+        with pytest.raises(ValueError, match="2 env indices but 1 actions"):
             pool.send([0, 1], [0])
         with pytest.raises(ValueError, match="out of range"):
             pool.send([5], [0])
@@ -110,10 +110,10 @@ def test_envs_step_independently_while_others_wait_for_actions() -> None:
         pool.recv(3)
         pool.send([0, 1], [0, 0])  # env 2 is left waiting, as if its inference were still running
         first = pool.recv(2)
-        assert sorted(r.env_id for r in first) == [0, 1]
-        assert pool.idle_env_ids == [0, 1, 2]
+        assert sorted(r.env_index for r in first) == [0, 1]
+        assert pool.idle_env_indices == [0, 1, 2]
         pool.send([2, 0], [0, 0])
-        assert sorted(r.env_id for r in pool.recv(2)) == [0, 2]
+        assert sorted(r.env_index for r in pool.recv(2)) == [0, 2]
 
 
 FAILURES = {
@@ -177,7 +177,7 @@ def test_envs_sharing_a_process_answer_per_env_with_the_same_semantics() -> None
     with shared_pool(4, 2, episode_length=3, end_with="truncated") as pool:
         assert len(pool.process_ids()) == 2 and pool.stats()["env_processes"] == 2
         pool.reset_all(seeds=[10, 11, 12, 13])
-        results = sorted(pool.recv(4), key=lambda r: r.env_id)
+        results = sorted(pool.recv(4), key=lambda r: r.env_index)
         assert [r.info["seed"] for r in results] == [10, 11, 12, 13]
         pids = [r.info["pid"] for r in results]
         assert pids[0] == pids[1] != pids[2] == pids[3] and set(pids) == set(pool.process_ids())
@@ -185,10 +185,10 @@ def test_envs_sharing_a_process_answer_per_env_with_the_same_semantics() -> None
         assert [(r.obs["t"], r.info["action"], r.first) for r in results] == [(1, 7, False)] * 4
         pool.send([1], [5])  # one env of a process steps while its neighbour waits for its action
         [result] = pool.recv(1)
-        assert (result.env_id, result.obs["t"], result.info["action"]) == (1, 2, 5)
-        assert pool.idle_env_ids == [0, 1, 2, 3]
+        assert (result.env_index, result.obs["t"], result.info["action"]) == (1, 2, 5)
+        assert pool.idle_env_indices == [0, 1, 2, 3]
         pool.send([0, 2, 3, 1], [0, 0, 0, 0])
-        results = sorted(pool.recv(4), key=lambda r: r.env_id)
+        results = sorted(pool.recv(4), key=lambda r: r.env_index)
         assert [r.obs["t"] for r in results] == [2, 0, 2, 2]  # env 1's episode ended: the reset obs
         ended = results[1]
         assert (ended.truncated, ended.first, ended.reward, ended.final_obs["t"]) == (True, True, 1.0, 3)
@@ -205,14 +205,14 @@ def test_a_dead_process_restarts_all_its_envs_and_a_waiting_env_loses_its_next_s
         results = step_all(pool, results)  # each env's first step is fine
         pool.send([0], [0])  # env 0's second step kills the process; env 1 waits for its action
         [lost] = pool.recv(1)
-        assert lost.env_id == 0 and lost.info["restart_reason"] == "died"
+        assert lost.env_index == 0 and lost.info["restart_reason"] == "died"
         assert (lost.truncated, lost.reward, lost.final_obs, lost.obs["t"]) == (True, 0.0, None, 0)
         assert pool.restart_counts == [1, 1]
-        assert pool.idle_env_ids == [0, 1]
+        assert pool.idle_env_indices == [0, 1]
         # Env 1 acts on an observation of the dead env: the pool answers with a lost step, not the new env.
         pool.send([1], [0])
         [stale] = pool.recv(1)
-        assert stale.env_id == 1 and stale.info["env_restarted"] is True and stale.info["restart_reason"] == "died"
+        assert stale.env_index == 1 and stale.info["env_restarted"] is True and stale.info["restart_reason"] == "died"
         assert (stale.terminated, stale.truncated, stale.first, stale.reward) == (False, True, True, 0.0)
         assert stale.final_obs is None and stale.obs["t"] == 0 and stale.reset_info["pid"] != old_pid
         assert (stale.episode.length, stale.episode.restarted) == (1, True)
@@ -308,7 +308,7 @@ def test_crafter_cows_in_env_processes() -> None:
         assert len(pids) == 2 and os.getpid() not in pids
         rng = np.random.default_rng(0)
         for _ in range(20):
-            pool.send([r.env_id for r in results], list(rng.integers(0, 17, size=len(results))))
+            pool.send([r.env_index for r in results], list(rng.integers(0, 17, size=len(results))))
             results = pool.recv(1)
             for result in results:
                 assert result.obs["image"].shape == (64, 64, 3) and result.obs["image"].dtype == np.uint8
@@ -395,11 +395,51 @@ def test_a_shared_process_delivers_its_envs_together_while_one_of_them_resets(en
         started = time.monotonic()
         first = pool.recv(1)
         if envs_per_process == 1:
-            assert [r.env_id for r in first] == [1] and time.monotonic() - started < 0.9
+            assert [r.env_index for r in first] == [1] and time.monotonic() - started < 0.9
             first += pool.recv(1)
         else:
-            assert sorted(r.env_id for r in first) == [0, 1] and time.monotonic() - started >= 1.0
-        by_env = {r.env_id: r for r in first}
+            assert sorted(r.env_index for r in first) == [0, 1] and time.monotonic() - started >= 1.0
+        by_env = {r.env_index: r for r in first}
         assert by_env[0].done and by_env[0].first and by_env[1].obs["t"] == 1 and not by_env[1].done
     finally:
         pool.close()
+
+
+MAIN_SCRIPT = """
+import os
+import sys
+
+if __name__ != "__main__":  # re-run in a child as __mp_main__
+    with open(os.environ["CRAFTRL_TEST_MARKER"], "a") as marker:
+        marker.write(__name__ + "\\n")
+
+
+def make_env():  # defined in __main__: the env processes get it by value
+    from craftrl.envs.testing import ScriptedEnv
+
+    return ScriptedEnv(episode_length=3)
+
+
+if __name__ == "__main__":
+    from craftrl.envs import EnvPool
+
+    with EnvPool(make_env, 2, envs_per_process=1) as pool:
+        pool.reset_all()
+        results = pool.recv(2)
+        pool.send([r.env_index for r in results], [0, 0])
+        print(sorted(int(r.obs["t"]) for r in pool.recv(2)))
+"""
+
+
+def test_env_processes_do_not_rerun_the_parents_main_module(tmp_path) -> None:
+    """A Ray worker's ``__main__`` is Ray's; a user's script may train at import: env processes run neither."""
+    import subprocess
+    import sys
+
+    script, marker = tmp_path / "train_script.py", tmp_path / "imports.txt"
+    script.write_text(MAIN_SCRIPT)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "CRAFTRL_TEST_MARKER": str(marker)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[1, 1]"
+    assert not marker.exists(), f"the main module ran in env processes: {marker.read_text()!r}"

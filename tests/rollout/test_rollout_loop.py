@@ -184,12 +184,12 @@ def test_while_one_env_resets_for_seconds_the_others_of_its_worker_keep_stepping
                             reset_jitter=0.0, episode_length=400, length_jitter=0.5, obs_shape=(8, 8, 3))
     loop = RolloutLoop(env, CountingPolicy(), num_envs=4, batch_size=4, fragment_length=8, emit=lambda f: None,
                        seed=1)
-    arrivals = []  # (time, env_id, ended an episode): an episode's end arrives with the reset that followed it
+    arrivals = []  # (time, env_index, ended an episode): an episode's end arrives with the reset that followed it
     receive = loop.pool.recv
 
     def logged_recv(*args, **kwargs):
         results = receive(*args, **kwargs)
-        arrivals.extend((time.monotonic(), r.env_id, r.done) for r in results)
+        arrivals.extend((time.monotonic(), r.env_index, r.done) for r in results)
         return results
 
     loop.pool.recv = logged_recv
@@ -199,14 +199,14 @@ def test_while_one_env_resets_for_seconds_the_others_of_its_worker_keep_stepping
             loop.step(timeout=1.0)
     finally:
         loop.close()
-    resets = [(at - reset_s, at, env_id) for at, env_id, done in arrivals if done]
+    resets = [(at - reset_s, at, env_index) for at, env_index, done in arrivals if done]
     checked = 0
-    for start, end, env_id in resets:
-        playing = {other for other in range(4) if other != env_id} - {
+    for start, end, env_index in resets:
+        playing = {other for other in range(4) if other != env_index} - {
             other for other_start, other_end, other in resets if other_start < end and other_end > start}
         for other in playing:
             steps = sum(1 for at, who, _ in arrivals if who == other and start < at < end)
-            assert steps >= 20, f"env {env_id}'s reset held env {other}: {steps} steps in its {reset_s} s"
+            assert steps >= 20, f"env {env_index}'s reset held env {other}: {steps} steps in its {reset_s} s"
             checked += 1
     assert checked >= 3, (checked, resets)
 
