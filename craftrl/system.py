@@ -46,9 +46,15 @@ def on_home_node() -> dict[str, Any]:
 
 def restarted_by_ray() -> bool:
     """True in an actor process Ray started to replace a dead one (False outside Ray, e.g. in tests)."""
+    import warnings
+
     import ray
 
-    return ray.is_initialized() and ray.get_runtime_context().was_current_actor_reconstructed
+    if not ray.is_initialized():
+        return False
+    with warnings.catch_warnings():  # Ray's own property reads its deprecated ``actor_id``: not ours to show
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return bool(ray.get_runtime_context().was_current_actor_reconstructed)
 
 
 def find(name: str) -> Any:
