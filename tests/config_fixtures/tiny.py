@@ -1,13 +1,19 @@
-"""A config that trains end to end in seconds: scripted env processes and a tiny recurrent CNN."""
+"""A config that trains end to end in seconds: scripted env processes and a tiny recurrent CNN.
 
+``craftrl train tests/config_fixtures/tiny.py`` runs it; tests that build a run in process take ``tiny_online``.
+"""
+
+import copy
 import functools
+from pathlib import Path
+from typing import Any
 
 from craftrl.envs.testing import ScriptedEnv
 from craftrl.policies import default_policy_generator
 
+TINY_POLICY = dict(num_actions=2, image_shape=(8, 8, 3), hidden_size=16, channels=(4, 4, 4))
 env_generator = functools.partial(ScriptedEnv, episode_length=6)
-policy_generator = functools.partial(default_policy_generator, num_actions=2, image_shape=(8, 8, 3),
-                                     hidden_size=16, channels=(4, 4, 4))
+policy_generator = functools.partial(default_policy_generator, **TINY_POLICY)
 
 online_dict = {
     "detach_rollout_manager": False,
@@ -23,3 +29,23 @@ online_dict = {
                      "save_interval": 1, "keep_interval": 0, "num_readers": 1},
     "logger_config": {"name": "tiny", "console_interval": 0},
 }
+
+
+def _merge(into: dict[str, Any], changes: dict[str, Any]) -> None:
+    for key, value in changes.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = value
+
+
+def tiny_online(tmp_path: Path | None = None, **changes: Any) -> dict[str, Any]:
+    """A copy of ``online_dict`` with every output path under ``tmp_path`` (when given) and ``changes`` merged in,
+    section by section: ``tiny_online(tmp_path, train_config={"num_iterations": 5})``."""
+    online = copy.deepcopy(online_dict)
+    if tmp_path is not None:
+        _merge(online, {"rollout_config": {"worker_config": {"video_output_dir": str(tmp_path / "videos")},
+                                           "replay_buffer_config": {"database_config": {"path": str(tmp_path / "replay")}}},
+                        "train_config": {"save_path": str(tmp_path / "checkpoints")}})
+    _merge(online, changes)
+    return online

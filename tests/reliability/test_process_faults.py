@@ -429,27 +429,15 @@ class NaNInjectingPolicy(ImpalaRecurrentPolicy):
 
 def in_process_tiny_config(tmp_path: Path, num_iterations: int):
     """tests/config_fixtures/tiny.py's run, with every output path inside ``tmp_path``."""
+    from config_fixtures.tiny import tiny_online
+
     from craftrl.config import build_config
 
-    return build_config({
-        "detach_rollout_manager": False,
-        "rollout_config": {
-            "num_rollout_workers": 1, "num_cpus_per_worker": 0, "fragment_length": 8,
-            "worker_config": {"num_envs": 2, "batch_size": 2, "video_output_dir": str(tmp_path / "videos")},
-            "replay_buffer_config": {"max_chunks": 32, "max_staleness": 3,
-                                     "database_config": {"path": str(tmp_path / "replay"), "num_shards": 1,
-                                                         "max_fragment_bytes": 1 << 20}},
-        },
-        "train_config": {"num_iterations": num_iterations, "batch_size_per_gpu": 2, "batches_per_iteration": 2,
-                         "context_length": 4, "save_interval": 1, "keep_interval": 0, "num_readers": 1,
-                         "save_path": str(tmp_path / "checkpoints")},
-        "logger_config": {"console_interval": 0},
-    })
+    return build_config(tiny_online(tmp_path, train_config={"num_iterations": num_iterations}))
 
 
 def test_nan_in_the_loss_skips_exactly_those_optimiser_steps_and_training_goes_on(ray_session, tmp_path: Path):
     from craftrl.api import start_metrics_sink
-    from craftrl.envs.testing import ScriptedEnv
     from craftrl.rollout.start import start_rollout_system, stop_rollout_system
     from craftrl.train.trainer import run_trainer
 
@@ -466,9 +454,9 @@ def test_nan_in_the_loss_skips_exactly_those_optimiser_steps_and_training_goes_o
         skipped_in_iteration[(call - 1) // windows // steps_per_iteration] += 1
     assert skipped_in_iteration == [1, 1, 0, 1, 0]
 
-    policy = functools.partial(NaNInjectingPolicy, poisoned_calls=poisoned, num_actions=2, image_shape=(8, 8, 3),
-                               hidden_size=16, channels=(4, 4, 4))
-    env = functools.partial(ScriptedEnv, episode_length=6)
+    from config_fixtures.tiny import TINY_POLICY, env_generator as env
+
+    policy = functools.partial(NaNInjectingPolicy, poisoned_calls=poisoned, **TINY_POLICY)
     sink = start_metrics_sink(str(tmp_path), config, console=False)
     start_rollout_system(policy, env, config)
     try:

@@ -17,18 +17,18 @@ import time
 from pathlib import Path
 
 import pytest
+from config_fixtures.tiny import policy_generator as tiny_policy_generator
+from config_fixtures.tiny import tiny_online
 
 from craftrl.config import build_config
 from craftrl.config.loading import config_to_dict
 from craftrl.envs.testing import ScriptedEnv
-from craftrl.policies import default_policy_generator
 from craftrl.rollout.start import start_rollout_system, stop_rollout_system
 from craftrl.train.trainer import run_trainer
 
 pytestmark = pytest.mark.ray
 
-POLICY = functools.partial(default_policy_generator, num_actions=2, image_shape=(8, 8, 3), hidden_size=16,
-                           channels=(4, 4, 4))
+POLICY = tiny_policy_generator
 # What a freshly built env process will do wrong, drawn per process (so restarted envs keep failing).
 FAULTS = [("step", "raise"), ("reset", "raise"), ("step", "hang"), ("reset", "hang"), ("step", "exit"),
           (None, "raise")]
@@ -50,22 +50,14 @@ def flaky_env() -> ScriptedEnv:
 
 
 def fault_config(tmp_path: Path, num_iterations: int, num_rollout_workers: int = 1):
-    return build_config({
-        "detach_rollout_manager": False,
-        "rollout_config": {
-            "num_rollout_workers": num_rollout_workers, "num_cpus_per_worker": 0, "fragment_length": 8,
-            "to_send_queue_size": 2,
-            "worker_config": {"num_envs": 4, "batch_size": 2, "step_timeout": 1.5, "reset_timeout": 5.0,
-                              "video_output_dir": str(tmp_path / "videos")},
-            "replay_buffer_config": {"max_chunks": 16, "max_staleness": 2, "max_reuse": 1,
-                                     "database_config": {"path": str(tmp_path / "replay"), "num_shards": 2,
-                                                         "max_fragment_bytes": 1 << 20}},
-        },
-        "train_config": {"num_iterations": num_iterations, "batch_size_per_gpu": 2, "batches_per_iteration": 2,
-                         "context_length": 4, "save_interval": 0, "num_readers": 1, "record_video_interval": 0,
-                         "save_path": str(tmp_path / "checkpoints")},
-        "logger_config": {"console_interval": 0},
-    })
+    """The tiny config with 4 envs per worker, short deadlines, and each fragment trained on once."""
+    return build_config(tiny_online(
+        tmp_path,
+        rollout_config={"num_rollout_workers": num_rollout_workers, "to_send_queue_size": 2,
+                        "worker_config": {"num_envs": 4, "step_timeout": 1.5, "reset_timeout": 5.0},
+                        "replay_buffer_config": {"max_chunks": 16, "max_staleness": 2, "max_reuse": 1,
+                                                 "database_config": {"num_shards": 2}}},
+        train_config={"num_iterations": num_iterations, "save_interval": 0, "record_video_interval": 0}))
 
 
 def spawned_processes() -> set[int]:

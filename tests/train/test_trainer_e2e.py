@@ -2,44 +2,28 @@
 
 from __future__ import annotations
 
-import functools
 import json
 
 import pytest
+from config_fixtures import tiny
 
 from craftrl.api import start_metrics_sink
 from craftrl.config import build_config
 from craftrl.config.loading import config_to_dict
-from craftrl.envs.testing import ScriptedEnv
-from craftrl.policies import default_policy_generator
 from craftrl.rollout.start import start_rollout_system, stop_rollout_system
 from craftrl.train.checkpoint import list_checkpoints, load_checkpoint
 from craftrl.train.trainer import run_trainer
 
 pytestmark = pytest.mark.ray
 
-POLICY = functools.partial(default_policy_generator, num_actions=2, image_shape=(8, 8, 3), hidden_size=16,
-                           channels=(4, 4, 4))
-ENV = functools.partial(ScriptedEnv, episode_length=6)
+POLICY, ENV = tiny.policy_generator, tiny.env_generator
 
 
 def tiny_config(tmp_path, **train):
-    train_config = {"num_iterations": 3, "batch_size_per_gpu": 2, "batches_per_iteration": 2, "context_length": 4,
-                    "save_interval": 1, "keep_interval": 0, "num_readers": 1, "record_video_interval": 2,
-                    "save_path": str(tmp_path / "checkpoints")}
-    train_config.update(train)
-    return build_config({
-        "detach_rollout_manager": False,
-        "rollout_config": {
-            "num_rollout_workers": 1, "num_cpus_per_worker": 0, "fragment_length": 8,
-            "worker_config": {"num_envs": 2, "batch_size": 2, "video_output_dir": str(tmp_path / "videos")},
-            "replay_buffer_config": {"max_chunks": 64, "max_staleness": 3,
-                                     "database_config": {"path": str(tmp_path / "replay"), "num_shards": 1,
-                                                         "max_fragment_bytes": 1 << 20}},
-        },
-        "train_config": train_config,
-        "logger_config": {"console_interval": 0},
-    })
+    """The tiny config for 3 iterations with a video every 2nd; ``train`` changes train_config."""
+    return build_config(tiny.tiny_online(
+        tmp_path, rollout_config={"replay_buffer_config": {"max_chunks": 64}},
+        train_config={"num_iterations": 3, "record_video_interval": 2, **train}))
 
 
 def run(ray, tmp_path, config):
