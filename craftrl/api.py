@@ -61,11 +61,13 @@ def start_trainer(policy_generator: Callable[[], Any], env_generator: Callable[[
 
     Needs the rollout side (``start_rolloutmanager``) running. ``whole_config`` is the config file's text,
     saved in the run directory. Metrics go to the run's ``metrics`` actor; without one (a plain API call),
-    a run directory is created under ``output_root``. Returns Ray Train's ``Result``.
+    a run directory is created under ``output_root``. Progress shows on this process's console while it runs
+    (``craftrl.progress``). Returns Ray Train's ``Result``.
     """
     import ray
 
     from craftrl.config.loading import config_to_dict
+    from craftrl.progress import ProgressDisplay
     from craftrl.ray_bootstrap import ray_init
     from craftrl.run_dir import RunDirectory
     from craftrl.system import METRICS, find
@@ -83,14 +85,17 @@ def start_trainer(policy_generator: Callable[[], Any], env_generator: Callable[[
         run_dir = str(directory.root)
     if find(METRICS) is None:
         start_metrics_sink(run_dir, config)
-    return run_trainer(policy_generator, config_to_dict(config), storage_path=str(Path(run_dir) / "ray_train"))
+    with ProgressDisplay(Path(run_dir) / "metrics.jsonl", config.train_config.num_iterations,
+                         config.logger_config.console_interval):
+        return run_trainer(policy_generator, config_to_dict(config), storage_path=str(Path(run_dir) / "ray_train"))
 
 
 _METRICS_SINKS: list[Any] = []
 
 
-def start_metrics_sink(run_dir: str, config: OnlineConfig, console: bool = True) -> Any:
-    """The named ``metrics`` actor every component logs to (console, metrics.jsonl, TensorBoard, wandb)."""
+def start_metrics_sink(run_dir: str, config: OnlineConfig) -> Any:
+    """The named ``metrics`` actor every component logs to (metrics.jsonl, TensorBoard, wandb); ``start_trainer``
+    shows the run's progress on the driver's console from its metrics.jsonl."""
     import ray
 
     from craftrl.config.loading import config_to_dict
@@ -99,7 +104,7 @@ def start_metrics_sink(run_dir: str, config: OnlineConfig, console: bool = True)
 
     # on the driver's node, so metrics.jsonl and TensorBoard files land in the driver's run directory
     sink = ray.remote(MetricsSink).options(name=METRICS, num_cpus=0, **on_home_node()).remote(
-        run_dir, config.logger_config, config_to_dict(config), console)
+        run_dir, config.logger_config, config_to_dict(config))
     ray.get(sink.ready.remote())  # surfaces a sink start-up error (e.g. wandb) here
     _METRICS_SINKS[:] = [sink]  # a non-detached named actor dies with its creator's last handle
     return sink

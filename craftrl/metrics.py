@@ -1,7 +1,7 @@
 """One metrics path: every number goes through ``MetricsLogger.log`` and fans out to all sinks.
 
-Sinks: ``metrics.jsonl`` (the machine-readable record that plots are made from), TensorBoard, the console,
-and wandb when ``logger_config.project`` is set. wandb runs offline unless an API key is configured, so a
+Sinks: ``metrics.jsonl`` (the machine-readable record that plots are made from, and that the driver's progress
+display reads: ``craftrl/progress.py``), TensorBoard, and wandb when ``logger_config.project`` is set. wandb runs offline unless an API key is configured, so a
 run never blocks on the network.
 
 Ray actors must not wait on logging (MineStudio's synchronous RPC per log call stalls its rollout loop), so
@@ -93,59 +93,6 @@ class TensorBoardSink:
         self._writer.close()
 
 
-class ConsoleSink:
-    """A progress line every ``interval`` seconds: what a person watching a run wants to know.
-
-    ``iter 12/400 | 31.5k env steps | 155 sps | return 0.35 | cows 0.30 | lag 1.2 | 3m20s, ETA 1h48m``;
-    records without training keys (e.g. a component's own report) fall back to their first few numbers.
-    """
-
-    HEADLINE = (("rollout/sps", "{:.0f} sps"), ("episodes/return_mean", "return {:.2f}"),
-                ("episodes/cows_killed_mean", "cows {:.2f}"), ("data/version_lag_mean", "lag {:.1f}"))
-
-    def __init__(self, interval: float, num_iterations: int | None = None, stream=None):
-        self._interval = interval
-        self._num_iterations = num_iterations
-        self._stream = stream or sys.stdout
-        self._last = -math.inf
-
-    def write(self, metrics: Mapping[str, Any], step: int, wall_time: float) -> None:
-        if wall_time - self._last < self._interval:
-            return
-        self._last = wall_time
-        print(self.format(_numeric(metrics), step), file=self._stream, flush=True)
-
-    def format(self, numbers: Mapping[str, float], step: int) -> str:
-        if "train/iteration" not in numbers:
-            shown = " ".join(f"{k}={v:.4g}" for k, v in sorted(numbers.items())[:8])
-            return f"[step {step}] {shown}"
-        iteration = int(numbers["train/iteration"])
-        total = f"/{self._num_iterations}" if self._num_iterations else ""
-        parts = [f"iter {iteration}{total}", f"{_short(numbers.get('rollout/env_steps', step))} env steps"]
-        parts += [fmt.format(numbers[key]) for key, fmt in self.HEADLINE if key in numbers]
-        elapsed = numbers.get("train/elapsed_s")
-        if elapsed is not None:
-            timing = _duration(elapsed)
-            if self._num_iterations and iteration:
-                timing += f", ETA {_duration(elapsed / iteration * (self._num_iterations - iteration))}"
-            parts.append(timing)
-        return " | ".join(parts)
-
-    def close(self) -> None:
-        pass
-
-
-def _short(value: float) -> str:
-    return f"{value / 1e6:.2f}M" if value >= 1e6 else f"{value / 1e3:.1f}k" if value >= 1e3 else f"{value:.0f}"
-
-
-def _duration(seconds: float) -> str:
-    seconds = int(max(seconds, 0))
-    hours, rest = divmod(seconds, 3600)
-    minutes, seconds = divmod(rest, 60)
-    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{seconds:02d}s"
-
-
 def wandb_has_api_key() -> bool:
     if os.environ.get("WANDB_API_KEY"):
         return True
@@ -180,16 +127,13 @@ class MetricsLogger:
     """Fan-out to every configured sink; a failing sink is reported once and then skipped."""
 
     def __init__(self, run_dir: Path, logger_config: LoggerConfig | None = None,
-                 config: Mapping[str, Any] | None = None, console: bool = True, tensorboard: bool = True):
+                 config: Mapping[str, Any] | None = None, tensorboard: bool = True):
         logger_config = logger_config or LoggerConfig()
         run_dir = Path(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
         self.sinks: list[Sink] = [JsonlSink(run_dir / "metrics.jsonl")]
         if tensorboard:
             self.sinks.append(TensorBoardSink(run_dir / "tensorboard"))
-        if console:
-            iterations = (config or {}).get("train_config", {}).get("num_iterations")
-            self.sinks.append(ConsoleSink(logger_config.console_interval, iterations))
         if logger_config.project and logger_config.wandb_mode != "disabled":
             self.sinks.append(WandbSink(logger_config, run_dir, config))
         self._broken: set[int] = set()
@@ -217,8 +161,8 @@ class MetricsSink:
     """Body of the ``metrics`` Ray actor; wrap with ``ray.remote(num_cpus=0)(MetricsSink)``."""
 
     def __init__(self, run_dir: str, logger_config: LoggerConfig | None = None,
-                 config: Mapping[str, Any] | None = None, console: bool = True):
-        self._logger = MetricsLogger(Path(run_dir), logger_config, config, console=console)
+                 config: Mapping[str, Any] | None = None):
+        self._logger = MetricsLogger(Path(run_dir), logger_config, config)
         self._episodes_path = Path(run_dir) / "episodes.jsonl"
         self._episodes: JsonlSink | None = None  # opened by the first episode: runs without any have no file
 

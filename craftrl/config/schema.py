@@ -189,7 +189,7 @@ class LoggerConfig:
     entity: Optional[str] = key(None, "wandb entity (team or user).")
     wandb_mode: str = key("auto", "wandb mode: 'auto' (online if an API key is configured, else offline), 'online', 'offline' or 'disabled'.",
                           one_of("auto", "online", "offline", "disabled"))
-    console_interval: float = key(10.0, "Seconds between console progress lines.", NON_NEGATIVE)
+    console_interval: float = key(10.0, "Seconds between progress lines when the console is not a terminal (a log file, CI); 0: a line per iteration. A terminal shows one live line with a bar instead.", NON_NEGATIVE)
 
 
 @dataclass

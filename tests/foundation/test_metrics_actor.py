@@ -21,7 +21,7 @@ def test_actor_logging_is_fire_and_forget_and_lands_in_metrics_jsonl(ray_session
             time.sleep(0.05)  # a slow disk or network sink
             super().log(metrics, step, wall_time)
 
-    sink = SlowSink.remote(str(tmp_path), console=False)
+    sink = SlowSink.remote(str(tmp_path))
 
     @ray.remote(num_cpus=0)
     class Producer:

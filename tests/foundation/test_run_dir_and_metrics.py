@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 from craftrl.config import build_config
 from craftrl.config.schema import LoggerConfig
 from craftrl.metrics import JsonlSink, MetricsLogger, read_jsonl, resolve_wandb_mode
+from craftrl.progress import ProgressDisplay, progress_line
 from craftrl.run_dir import RunDirectory
 
 
@@ -37,8 +39,8 @@ def test_two_runs_in_the_same_second_get_distinct_directories(tmp_path: Path):
     assert first.root != second.root
 
 
-def test_metrics_reach_jsonl_tensorboard_and_console(tmp_path: Path, capsys):
-    logger = MetricsLogger(tmp_path, LoggerConfig(console_interval=0))
+def test_metrics_reach_jsonl_and_tensorboard(tmp_path: Path):
+    logger = MetricsLogger(tmp_path, LoggerConfig())
     for step in range(3):
         logger.log({"loss": 1.0 / (step + 1), "note": "text", "nan": float("nan")}, step=step)
     logger.close()
@@ -50,30 +52,75 @@ def test_metrics_reach_jsonl_tensorboard_and_console(tmp_path: Path, capsys):
     events = EventAccumulator(str(tmp_path / "tensorboard"))
     events.Reload()
     assert [e.value for e in events.Scalars("loss")] == pytest.approx([1.0, 0.5, 1 / 3])
-    assert "[step 2] loss=0.3333" in capsys.readouterr().out
 
 
-def test_console_progress_line_shows_headline_numbers_and_eta():
-    from craftrl.metrics import ConsoleSink
+TRAINING_RECORD = {"train/iteration": 2, "rollout/env_steps": 31500, "rollout/sps": 155.4,
+                   "episodes/return_mean": 0.35, "episodes/cows_killed_mean": 0.3, "data/version_lag_mean": 1.24,
+                   "train/elapsed_s": 200.0}
 
-    line = ConsoleSink(0, num_iterations=10).format(
-        {"train/iteration": 2, "rollout/env_steps": 31500, "rollout/sps": 155.4, "episodes/return_mean": 0.35,
-         "episodes/cows_killed_mean": 0.3, "data/version_lag_mean": 1.24, "train/elapsed_s": 200.0}, step=0)
+
+def test_progress_line_shows_headline_numbers_and_eta():
+    line = progress_line(TRAINING_RECORD, num_iterations=10)
     assert line == "iter 2/10 | 31.5k env steps | 155 sps | return 0.35 | cows 0.30 | lag 1.2 | 3m20s, ETA 13m20s"
+    assert progress_line({"replay/added": 5.0}) is None  # another component's report is not progress
+
+
+def record(iteration: int, time: float) -> str:
+    return json.dumps(dict(TRAINING_RECORD, **{"train/iteration": iteration, "time": time})) + "\n"
+
+
+def test_progress_display_prints_plain_lines_from_the_growing_metrics_file(tmp_path: Path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text(record(0, 0.0))  # a resumed run's earlier lines are not shown again
+    out = io.StringIO()
+    display = ProgressDisplay(path, num_iterations=10, interval=0, stream=out)
+    assert not display.live  # not a terminal
+    with open(path, "a") as file:
+        file.write(json.dumps({"replay/added": 1.0}) + "\n")
+        file.write(record(1, 1.0) + record(2, 1.1))  # read in one burst: a line each
+        file.write(record(3, 1.2)[:20])  # still being written
+    display.update()
+    assert out.getvalue().splitlines() == [progress_line(json.loads(record(i, 1.0)), 10) for i in (1, 2)]
+    with open(path, "a") as file:
+        file.write(record(3, 1.2)[20:])
+    display.update()
+    display.update(final=True)  # nothing new: not printed twice
+    assert [line.split(" | ")[0] for line in out.getvalue().splitlines()] == ["iter 1/10", "iter 2/10", "iter 3/10"]
+
+
+def test_progress_display_keeps_to_its_interval_and_shows_the_last_record_at_the_end(tmp_path: Path):
+    path, out = tmp_path / "metrics.jsonl", io.StringIO()
+    display = ProgressDisplay(path, num_iterations=10, interval=60, stream=out)
+    for iteration, time in ((1, 0.0), (2, 10.0), (3, 70.0), (4, 80.0)):
+        with open(path, "a") as file:
+            file.write(record(iteration, time))
+        display.update()
+    display.update(final=True)
+    assert [line.split(" | ")[0] for line in out.getvalue().splitlines()] == ["iter 1/10", "iter 3/10", "iter 4/10"]
+
+
+def test_progress_display_on_a_terminal_is_one_live_line_with_a_bar(tmp_path: Path):
+    path, out = tmp_path / "metrics.jsonl", io.StringIO()
+    path.write_text(json.dumps(TRAINING_RECORD) + "\n")
+    with ProgressDisplay(path, num_iterations=10, interval=0, stream=out, live=True) as display:
+        display.tail._offset = 0  # read the record written before the display started
+        display.update()
+    shown = out.getvalue()
+    assert "iter 2/10 | 31.5k env steps" in shown and "━" in shown  # rich's bar
 
 
 def test_wandb_runs_offline_without_an_api_key(tmp_path: Path, monkeypatch):
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc
     assert resolve_wandb_mode("auto") == "offline"
-    logger = MetricsLogger(tmp_path, LoggerConfig(project="craftrl-test", name="t"), config={"a": 1}, console=False)
+    logger = MetricsLogger(tmp_path, LoggerConfig(project="craftrl-test", name="t"), config={"a": 1})
     logger.log({"reward": 1.5}, step=1)
     logger.close()
     assert list((tmp_path / "wandb").glob("offline-run-*/run-*.wandb")), "wandb wrote no offline run"
 
 
 def test_a_failing_sink_is_disabled_without_stopping_the_others(tmp_path: Path, capsys):
-    logger = MetricsLogger(tmp_path, console=False, tensorboard=False)
+    logger = MetricsLogger(tmp_path, tensorboard=False)
 
     class Broken:
         def write(self, *args):

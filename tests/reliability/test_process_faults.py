@@ -457,7 +457,7 @@ def test_nan_in_the_loss_skips_exactly_those_optimiser_steps_and_training_goes_o
     from config_fixtures.tiny import TINY_POLICY, env_generator as env
 
     policy = functools.partial(NaNInjectingPolicy, poisoned_calls=poisoned, **TINY_POLICY)
-    sink = start_metrics_sink(str(tmp_path), config, console=False)
+    sink = start_metrics_sink(str(tmp_path), config)
     start_rollout_system(policy, env, config)
     try:
         run_trainer(policy, config_to_dict(config), storage_path=str(tmp_path / "ray_train"))

@@ -27,7 +27,7 @@ def tiny_config(tmp_path, **train):
 
 
 def run(ray, tmp_path, config):
-    sink = start_metrics_sink(str(tmp_path), config, console=False)
+    sink = start_metrics_sink(str(tmp_path), config)
     handles = start_rollout_system(POLICY, ENV, config)
     try:
         run_trainer(POLICY, config_to_dict(config), storage_path=str(tmp_path / "ray_train"))
