@@ -12,8 +12,9 @@ the envs' own speed that the workers keep. Rows: ``batch_size`` 8 and 16 (== num
 choice) with one env per process; the same with 1 and 2 workers (16 and 32 envs), where the rollout has cores to
 spare, which 64 env processes and 4 workers do not leave on 2; 8 envs per process (what ``envs_per_process: 0``
 picks for Crafter on 2 cores), to decide how latency-bound envs are grouped; one env in 16 hanging until ``step_timeout`` (5 s) at any time;
-and 360x640x3 frames (MineStudio's native size), which the policy samples down to 64x64 in the worker, to see
-whether pipes keep up with moving the full frames.
+360x640x3 frames (MineStudio's native size, through shared memory: ``craftrl/envs/shared_frames.py``), which
+the policy samples down to 64x64 in the worker; and the workers as craftrl's ``RolloutWorker`` Ray actors, two on
+each of 2 simulated nodes (``ray.cluster_utils.Cluster``), instead of plain processes.
 
     .venv/bin/python bench/latency_bound.py [--seconds 20] [--warmup 6]
 
@@ -49,6 +50,7 @@ ROWS = {
     "batch 8 of 16, 8 envs per process": dict(batch_size=8, envs_per_process=8),
     "batch 8 of 16, 1 in 16 envs hung": dict(batch_size=8, envs_per_process=1, hang_rate=HANG_RATE),
     "batch 8 of 16, 360x640x3 frames": dict(batch_size=8, envs_per_process=1, obs_shape=(360, 640, 3)),
+    "batch 8 of 16, Ray rollout workers on 2 simulated nodes": dict(batch_size=8, envs_per_process=1, ray=True),
 }
 
 
@@ -73,17 +75,22 @@ def downsampling_policy(size: tuple[int, int]):
     return policy
 
 
+def latency_env(row: dict):
+    from craftrl.envs import env_generator
+
+    return env_generator("synthetic/latency", step_latency_s=STEP_S, step_jitter=0.5, reset_latency_s=RESET_S,
+                         reset_jitter=0.5, episode_length=EPISODE_STEPS, length_jitter=0.5,
+                         obs_shape=row.get("obs_shape", (64, 64, 3)), hang_rate=row.get("hang_rate", 0.0))
+
+
 def worker_main(conn, index: int, row: dict) -> None:
     """One rollout worker: build its loop, wait for the common start, count steps in the measured window."""
     import torch
 
-    from craftrl.envs import env_generator
     from craftrl.rollout.worker import RolloutLoop
 
     torch.set_num_threads(1)
-    env = env_generator("synthetic/latency", step_latency_s=STEP_S, step_jitter=0.5, reset_latency_s=RESET_S,
-                        reset_jitter=0.5, episode_length=EPISODE_STEPS, length_jitter=0.5,
-                        obs_shape=row.get("obs_shape", (64, 64, 3)), hang_rate=row.get("hang_rate", 0.0))
+    env = latency_env(row)
     emitted = []
     loop = RolloutLoop(env, downsampling_policy((64, 64)), num_envs=ENVS_PER_WORKER, batch_size=row["batch_size"],
                        fragment_length=32, emit=lambda fragment: emitted.append(1),
@@ -136,6 +143,75 @@ def run_row(row: dict, warmup: float, seconds: float, workers: int = WORKERS) ->
             "restarts": sum(r["restarts"] for r in results)}
 
 
+class DroppingSink:
+    """The Ray workers' fragment sink: drops fragments, as the plain-process rows do."""
+
+    def open(self) -> None:
+        pass
+
+    def send(self, fragments: list) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def run_ray_row(row: dict, warmup: float, seconds: float, workers: int) -> dict:
+    """The same workload through craftrl's ``RolloutWorker`` actors (their rollout and sender threads), two per
+    simulated node (``ray.cluster_utils.Cluster``: a raylet each, on this machine)."""
+    import functools
+    import os
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    import ray
+    from ray.cluster_utils import Cluster
+
+    from craftrl.config import build_config
+    from craftrl.config.loading import config_to_dict
+    from craftrl.rollout.actors import RolloutWorker
+
+    worker_config = {"num_envs": ENVS_PER_WORKER, "batch_size": row["batch_size"],
+                     "envs_per_process": row["envs_per_process"], "step_timeout": STEP_TIMEOUT_S,
+                     "reset_timeout": 60.0, "max_batch_wait": row["max_batch_wait"]}
+    config = config_to_dict(build_config({"rollout_config": {
+        "num_rollout_workers": workers, "num_cpus_per_worker": 1, "fragment_length": 32,
+        "worker_config": worker_config}}))
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
+    for _ in range(2):
+        cluster.add_node(num_cpus=-(-workers // 2), resources={"rollout_node": 1})
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address)
+    try:
+        actor = ray.remote(RolloutWorker).options(num_cpus=1, max_concurrency=4)
+        handles = [actor.remote(f"w{index}", latency_env(row), functools.partial(downsampling_policy, (64, 64)),
+                                config, DroppingSink(), None, index) for index in range(workers)]
+        ray.get([handle.status.remote() for handle in handles])  # built: envs started, first resets asked
+        time.sleep(warmup)
+        busy = machine_busy_seconds()
+        started = time.monotonic()
+        before = ray.get([handle.status.remote() for handle in handles])
+        time.sleep(seconds)
+        after = ray.get([handle.status.remote() for handle in handles])
+        measured = time.monotonic() - started
+        cores = (machine_busy_seconds() - busy) / measured
+        nodes = {status["node"] for status in after}
+        assert len(nodes) == 2, f"expected the workers on 2 nodes, got {len(nodes)}"
+        ray.get([handle.stop.remote() for handle in handles])
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+    def delta(key: str) -> float:
+        return sum(a[key] - b[key] for a, b in zip(after, before))
+
+    steps = delta("env_steps")
+    ideal = IDEAL_SPS * workers / WORKERS
+    return {"sps": steps / measured, "efficiency": steps / measured / ideal, "ideal": ideal, "cores": cores,
+            "group": steps / max(delta("forward_passes"), 1), "inference_ms": 1000 * delta("inference_s") / max(steps, 1),
+            "restarts": int(delta("restarts"))}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=20.0, help="measured window per row")
@@ -152,7 +228,8 @@ def main() -> None:
     results = {}
     for name in args.rows:
         row = dict(ROWS[name], max_batch_wait=wait)
-        results[name] = run_row(row, args.warmup, args.seconds, row.get("workers", args.workers))
+        run = run_ray_row if row.get("ray") else run_row
+        results[name] = run(row, args.warmup, args.seconds, row.get("workers", args.workers))
         r = results[name]
         print(f"{name}: {r['sps']:.0f} env steps/s = {r['efficiency']:.3f} of the ideal {r['ideal']:.0f}; "
               f"{r['group']:.1f} envs per forward pass, inference {r['inference_ms']:.3f} ms per step, "
