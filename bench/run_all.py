@@ -87,9 +87,8 @@ def trailing_headlines(lines: list[str]) -> list[str]:
 def write_benchmarks_md(headlines: list[str]) -> None:
     """Without headlines (a partial rebuild) the previous headlines and date line stay: nothing was run in full,
     and the date line is where a person says which sections a partial re-measurement refreshed."""
-    # measured sections (rewritten by the scripts), then hand-written analysis that explains them
+    # measured sections only (rewritten by the scripts); the analysis and history behind them stay in bench/notes
     sections = [p.read_text().strip() for p in sorted((BENCH / "results").glob("*.md"))]
-    sections += [p.read_text().strip() for p in sorted((BENCH / "notes").glob("*.md"))]
     date_line = f"Last full run: {datetime.date.today().isoformat()}, {os.cpu_count()} cores."
     if not headlines:
         previous = (ROOT / "BENCHMARKS.md").read_text().splitlines() if (ROOT / "BENCHMARKS.md").exists() else []
@@ -101,6 +100,7 @@ def write_benchmarks_md(headlines: list[str]) -> None:
         "Rebuilt by `make bench` (`python bench/run_all.py`); each section names the command that produced it.",
         date_line,
         "Numbers come from noisy shared 2-core VMs: compare ratios measured within one run, not across runs.",
+        "What the numbers mean, how the defaults were chosen and what was tried: [bench/notes/](bench/notes/), by topic.",
         "",
     ]
     if headlines:
