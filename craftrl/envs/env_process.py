@@ -190,8 +190,8 @@ class _SpawnWithoutMain(popen_spawn_posix.Popen):
 
     An env process needs nothing from it: its generator arrives pickled with cloudpickle, by value where it
     was defined in ``__main__``. Re-running it would cost every env process the parent's imports, and in a Ray
-    rollout worker ``__main__`` is Ray's worker module: importing Ray took seconds of CPU per env process, so a
-    worker of 16 envs spent its first half minute on 2 cores starting them.
+    rollout worker ``__main__`` is Ray's worker module: 16 env processes started from a Ray actor took 4 s to
+    come up on 2 cores with Ray imported into each, 1.3 s without (bench/notes/sampler.md).
     """
 
     _lock = threading.Lock()  # the preparation function is swapped for this process's launch only
