@@ -68,7 +68,7 @@ class ProgressDisplay:
     """Shows the newest training record while the run goes on (a context manager around the blocking ``fit``).
 
     On a terminal, ``rich`` keeps one live line with a bar; elsewhere a plain line every ``interval`` seconds
-    (0: every record). The last record is shown once more when the display closes.
+    (0: every record); when the display closes, the last record is shown if it was not yet.
     """
 
     def __init__(self, metrics_path: Path, num_iterations: int | None, interval: float,

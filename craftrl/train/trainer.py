@@ -9,7 +9,7 @@ Per iteration, on every rank:
 3. rank 0: publish the new weights (:mod:`craftrl.weights`, not awaited), tell the buffer the new version,
    request a video when due, log metrics, save a checkpoint when due.
 
-One ``fit()`` per run because starting Ray Train costs 10-16 s (ray_and_deps.md §3); ``num_workers=0`` is Ray
+One ``fit()`` per run because starting Ray Train costs 10-16 s on 2 cores; ``num_workers=0`` is Ray
 Train's local mode, which runs this same loop in the driver process.
 """
 

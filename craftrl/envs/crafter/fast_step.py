@@ -46,13 +46,12 @@ operations:
   the start of the step, so the result stays Crafter's;
 * in that loop, a cow (exactly Crafter's ``Cow``) is updated by ``_cow_update``: Crafter's update with the
   same draws from ``world.random`` (``random_sample`` for ``uniform``: the same double) and its move done
-  on Python ints. On the cows task, where about 13 cows are updated per step, this took a Crafter step
-  from about 820 to 690 us of CPU (median of 6 interleaved rounds of 1500 steps);
+  on Python ints. On the cows task, where about 13 cows are updated per step, this takes a step from about
+  820 to 690 us of CPU;
 * the creature balancing of every 10th step (``_balance_chunks``) counts each chunk's grass and path tiles
   with one ``reduceat`` per material instead of a numpy mask and sum in each of its 75 calls, and is
-  otherwise Crafter's code with the same draws: a cows-task step 727 -> 677 us CPU (median of 8 interleaved
-  rounds of 1500 steps). It is used when the env's class has Crafter's own
-  ``_balance_chunk`` and ``_balance_object``.
+  otherwise Crafter's code with the same draws (a cows-task step 727 -> 677 us CPU). It is used when the env's
+  class has Crafter's own ``_balance_chunk`` and ``_balance_object``.
 
 Everything else in ``Env.step`` is Crafter's code, unchanged.
 
