@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import functools
 import os
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -433,9 +435,6 @@ if __name__ == "__main__":
 
 def test_env_processes_do_not_rerun_the_parents_main_module(tmp_path) -> None:
     """A Ray worker's ``__main__`` is Ray's; a user's script may train at import: env processes run neither."""
-    import subprocess
-    import sys
-
     script, marker = tmp_path / "train_script.py", tmp_path / "imports.txt"
     script.write_text(MAIN_SCRIPT)
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
