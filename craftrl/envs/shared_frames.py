@@ -61,16 +61,20 @@ class FrameSender:
         self.conn = conn
         self.announce = announce
         self.regions: dict[tuple[int, str], mmap.mmap] = {}
+        self.enabled = SHARING_AVAILABLE
 
     def pack(self, index: int, kind: str, obs: dict[str, Any]) -> dict[str, Any] | SharedObs:
-        """``obs`` itself if nothing in it is large, else a ``SharedObs`` whose arrays are in the region."""
-        if not SHARING_AVAILABLE:
+        """``obs`` itself if nothing in it is large (or shared memory cannot be had here), else a ``SharedObs``
+        whose arrays are in the region."""
+        if not self.enabled:
             return obs
         large = [key for key, value in obs.items() if isinstance(value, np.ndarray)
                  and value.nbytes >= SHARE_MIN_BYTES and not value.dtype.hasobject]
         if not large:
             return obs
         region = self._region(index, kind, sum(_aligned(obs[key].nbytes) for key in large))
+        if region is None:
+            return obs
         layout, offset = {}, 0
         for key in large:
             array = obs[key]
@@ -80,16 +84,26 @@ class FrameSender:
         rest = {key: value for key, value in obs.items() if key not in layout}
         return SharedObs(kind, layout, rest, list(obs))
 
-    def _region(self, index: int, kind: str, size: int) -> mmap.mmap:
+    def _region(self, index: int, kind: str, size: int) -> mmap.mmap | None:
+        """The env's region for ``kind``, grown to ``size``; None (and no sharing from now on) where no shared
+        memory can be had (a sandbox without memfd, no memory left): the pipe then carries everything."""
         region = self.regions.get((index, kind))
         if region is not None and len(region) >= size:
             return region
         size = -(-size // mmap.PAGESIZE) * mmap.PAGESIZE
-        fd = os.memfd_create(f"craftrl-frames-{index}-{kind}")
         try:
-            os.ftruncate(fd, size)
-            new_region = mmap.mmap(fd, size)
-            self.announce(("region", index, kind, size))
+            fd = os.memfd_create(f"craftrl-frames-{index}-{kind}")
+        except OSError:
+            self.enabled = False
+            return None
+        try:
+            try:
+                os.ftruncate(fd, size)
+                new_region = mmap.mmap(fd, size)
+            except OSError:
+                self.enabled = False
+                return None
+            self.announce(("region", index, kind, size))  # from here on the parent expects the descriptor
             send_handle(self.conn, fd, os.getppid())
         finally:
             os.close(fd)

@@ -131,3 +131,14 @@ def test_a_rebuilt_env_process_shares_through_new_regions() -> None:
             results = pool.recv(1)
             assert np.all(results[0].obs["image"] == int(results[0].obs["t"]))
         assert pool.restart_counts == [2]  # the 3rd step of each fresh process dies
+
+
+def test_without_shared_memory_the_pipe_carries_everything(monkeypatch) -> None:
+    def no_memfd(*args):
+        raise OSError(38, "Function not implemented")
+
+    monkeypatch.setattr("os.memfd_create", no_memfd)
+    sender, receiver, conn = pipe_pair()
+    obs = {"image": np.ones((LARGE_SIDE, LARGE_SIDE, 3), np.uint8)}
+    assert sender.pack(0, "step", obs) is obs and not sender.enabled
+    assert receive_regions(receiver, conn) == 0  # nothing announced: the parent waits for no descriptor
