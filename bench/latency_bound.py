@@ -134,13 +134,18 @@ def run_row(row: dict, warmup: float, seconds: float, workers: int = WORKERS) ->
     cores = (machine_busy_seconds() - busy) / max(time.monotonic() - start, 1e-9)
     for process in processes:
         process.join(60)
-    steps = sum(r["steps"] for r in results)
-    measured = max(r["seconds"] for r in results)
+    return row_result(sum(r["steps"] for r in results), max(r["seconds"] for r in results), workers, cores,
+                      sum(r["forward_passes"] for r in results), sum(r["inference_s"] for r in results),
+                      sum(r["restarts"] for r in results))
+
+
+def row_result(steps: float, measured: float, workers: int, cores: float, forward_passes: float,
+               inference_s: float, restarts: float) -> dict:
+    """A row's figures from the workers' totals over the measured window."""
     ideal = IDEAL_SPS * workers / WORKERS
     return {"sps": steps / measured, "efficiency": steps / measured / ideal, "ideal": ideal, "cores": cores,
-            "group": steps / max(sum(r["forward_passes"] for r in results), 1),
-            "inference_ms": 1000 * sum(r["inference_s"] for r in results) / max(steps, 1),
-            "restarts": sum(r["restarts"] for r in results)}
+            "group": steps / max(forward_passes, 1), "inference_ms": 1000 * inference_s / max(steps, 1),
+            "restarts": int(restarts)}
 
 
 class DroppingSink:
@@ -205,11 +210,8 @@ def run_ray_row(row: dict, warmup: float, seconds: float, workers: int) -> dict:
     def delta(key: str) -> float:
         return sum(a[key] - b[key] for a, b in zip(after, before))
 
-    steps = delta("env_steps")
-    ideal = IDEAL_SPS * workers / WORKERS
-    return {"sps": steps / measured, "efficiency": steps / measured / ideal, "ideal": ideal, "cores": cores,
-            "group": steps / max(delta("forward_passes"), 1), "inference_ms": 1000 * delta("inference_s") / max(steps, 1),
-            "restarts": int(delta("restarts"))}
+    return row_result(delta("env_steps"), measured, workers, cores, delta("forward_passes"), delta("inference_s"),
+                      delta("restarts"))
 
 
 def main() -> None:

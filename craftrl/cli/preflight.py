@@ -404,11 +404,9 @@ class EnvProbe:
         return reply
 
     def close(self) -> None:
-        """Let the env close itself briefly, then kill its whole process group regardless."""
+        """Let the env close itself briefly (only while it waits for a request), then kill its whole process
+        group regardless."""
         if self.idle:
-            try:
-                self.conn.send(("close",))
-                self.process.join(timeout=CLOSE_WAIT_S)
-            except (OSError, ValueError):
-                pass
-        self.child.kill()
+            self.child.close(CLOSE_WAIT_S)
+        else:
+            self.child.kill()

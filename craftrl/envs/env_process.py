@@ -52,7 +52,8 @@ def send_message(conn: Connection, message: tuple) -> None:
     Replies carry several observations each. Crafter's frames are transposed views, and protocol 4 pickled a
     reply of 4 of them in 2-3x the time protocol 5 took (~260-340 against ~90-100 us), once per request in
     every env process. Unpickled arrays stay writable. Nothing on this pipe needs ``ForkingPickler``'s
-    reducers: no file descriptors or connections cross it.
+    reducers: no connections cross it, and the descriptors of shared-memory regions (``shared_frames.py``)
+    travel as ancillary data of their own, outside any pickle.
     """
     conn.send_bytes(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
 
@@ -240,6 +241,20 @@ class SupervisedProcess:
     def sentinel(self) -> int:
         return self.process.sentinel
 
+    def send(self, message: tuple) -> bool:
+        """Send a message; False if the pipe is already broken (the death is noticed by whoever waits)."""
+        try:
+            send_message(self.conn, message)
+            return True
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            return False
+
+    def close(self, timeout_s: float) -> None:
+        """Ask the child to close cleanly, wait up to ``timeout_s``, then kill the group regardless."""
+        if self.send(("close",)):
+            self.process.join(timeout=timeout_s)
+        self.kill()
+
     def kill(self) -> None:
         """SIGKILL the process group (the child and everything it started), then reap the child."""
         try:
@@ -263,14 +278,6 @@ class EnvProcess(SupervisedProcess):
         super().__init__(env_process_main, (generator_bytes, count), "craftrl-env")
         self.shared = FrameReceiver()
 
-    def send(self, message: tuple) -> bool:
-        """Send a request; False if the pipe is already broken (the death is noticed by ``wait``)."""
-        try:
-            send_message(self.conn, message)
-            return True
-        except (BrokenPipeError, ConnectionResetError, OSError):
-            return False
-
     def receive(self) -> tuple | None:
         """The next message from the env process (blocks), its observations whole; None for a message that only
         announced shared memory (``shared_frames.py``); EOFError or OSError once the process is gone."""
@@ -287,9 +294,3 @@ class EnvProcess(SupervisedProcess):
     def kill(self) -> None:
         super().kill()
         self.shared.close()
-
-    def close(self, timeout_s: float) -> None:
-        """Ask the env to close cleanly, wait up to ``timeout_s``, then kill the group regardless."""
-        if self.send(("close",)):
-            self.process.join(timeout=timeout_s)
-        self.kill()
