@@ -185,11 +185,6 @@ def cross_field_problems(config: OnlineConfig) -> list[str]:
             f"train_config.minibatch_window: expected a divisor of rollout_config.fragment_length "
             f"({fragment_length}), got {train.minibatch_window}; fragments are cut into equal sequences"
         )
-    if train.entropy_target is not None and train.entropy_coef_max < train.entropy_bonus_coef:
-        problems.append(
-            f"train_config.entropy_coef_max: expected >= entropy_bonus_coef ({train.entropy_bonus_coef}), got "
-            f"{train.entropy_coef_max}; entropy_target moves the coefficient between the two"
-        )
     if train.resume == "":
         problems.append("train_config.resume: expected a checkpoint path, 'latest' or null, got ''")
     buffer = config.rollout_config.replay_buffer_config

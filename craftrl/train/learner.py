@@ -5,17 +5,15 @@ The iteration, top to bottom:
 1. collate fragments into batches of ``batch_size_per_gpu`` (observations get ``next_obs`` appended as step L);
 2. evaluate values with the current weights over L+1 steps from each fragment's stored state (per-sample
    state, so any batch size works -- MineStudio bootstraps with the whole batch's state);
-3. GAE (lambda per ``gae_lambda``'s schedule) over all of this rank's fragments, chaining consecutive
-   fragments of one env, bootstrapping through truncation, with V(next_obs) at fragment ends;
+3. GAE over all of this rank's fragments, chaining consecutive fragments of one env, bootstrapping through
+   truncation, with V(next_obs) at fragment ends;
 4. update the value normaliser once with the *global* (all-rank) return moments, and standardise
    advantages with global moments when ``normalize_advantage_full_batch``;
 5. ``epochs_per_iteration`` passes: shuffled batches (in the first ``whole_batch_iterations``, all of them as
-   one), truncated BPTT over ``context_length`` windows with the state carried (detached), loss = policy +
+   one), truncated BPTT over ``context_length`` slices with the state carried (detached), loss = policy +
    value + KL-to-reference - entropy, gradients accumulated over ``gradient_accumulation`` batches, a NaN/inf
    check agreed by all ranks *before* each optimiser step; with ``target_kl``, the passes end early once the
-   policy has moved past 1.5x that KL from where the iteration started;
-6. with ``self_imitation_coef``: keep the fragments whose return beat the value, and take
-   ``self_imitation_updates`` optimiser steps imitating the best of those kept so far (self_imitation.py).
+   policy has moved past 1.5x that KL from where the iteration started.
 """
 
 from __future__ import annotations
@@ -24,133 +22,22 @@ import contextlib
 import copy
 import logging
 import math
-from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
 from craftrl.config.schema import TrainConfig
-from craftrl.policies.state import detach_state, merge_states, state_from_numpy, tree_map
+from craftrl.policies.state import detach_state, tree_map
 from craftrl.rollout.fragment import Fragment
-from craftrl.train.coefficients import adapt_entropy_coef, scheduled_gae_lambda
+from craftrl.train.batch import Batch, collate, cut_sequences, merge_batches, select_rows, slice_time
+from craftrl.train.distributed import all_reduce, all_reduce_max, rank_mean
 from craftrl.train.gae import compute_gae, successors
 from craftrl.train.losses import (advantage_moments, clipped_policy_loss, explained_variance_from_sums,
-                                  masked_mean, normalize_advantages, proximal_weights, value_loss)
-from craftrl.train.self_imitation import ImitationSample, SelfImitationBuffer, positive_advantage
+                                  masked_mean, normalize_advantages, value_loss)
 from craftrl.utils.hardware import NATIVE_BF16_FLAGS, native_cpu_bf16_flags
 
 logger = logging.getLogger(__name__)
-
-# Truncation of decoupled PPO's importance weights pi_proximal / pi_behaviour (``decoupled_clip``).
-PROXIMAL_MAX_WEIGHT = 2.0
-IMITATION_TERMS = ("self_imitation/policy_loss", "self_imitation/value_loss", "self_imitation/imitated_fraction")
-
-
-def distributed() -> bool:
-    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
-
-
-def all_reduce(tensor: torch.Tensor, op: Any = None) -> torch.Tensor:
-    """Sum (or ``op``) across ranks in place; a no-op in a single process."""
-    if distributed():
-        dist.all_reduce(tensor, op=op or dist.ReduceOp.SUM)
-    return tensor
-
-
-def rank_mean(values: Sequence[float], device: torch.device) -> list[float]:
-    """Each value averaged over all ranks (float64), so every rank acts on the same numbers."""
-    world = dist.get_world_size() if distributed() else 1
-    return (all_reduce(torch.tensor(list(values), dtype=torch.float64, device=device)) / world).tolist()
-
-
-@dataclass
-class Batch:
-    fragments: list[Fragment]
-    obs: dict[str, torch.Tensor]  # [B, L+1, ...]: next_obs appended
-    first: torch.Tensor  # [B, L+1]
-    action: Any  # [B, L, ...] tensor or dict of them
-    behaviour_logp: torch.Tensor  # [B, L]
-    state_in: Any
-    rows: np.ndarray  # positions of these fragments in the iteration's fragment list
-    advantages: torch.Tensor | None = None  # [B, L]
-    returns: torch.Tensor | None = None  # [B, L], return units
-    old_values: torch.Tensor | None = None  # [B, L], return units
-    proximal_logp: torch.Tensor | None = None  # [B, L]: log-prob under the learner's weights at iteration start
-    reference_state_in: Any = None  # the KL reference's state, when it differs from ``state_in``
-    window_states: list | None = None  # with ``minibatch_window``: the state at each window start
-    reference_window_states: list | None = None
-
-    @property
-    def length(self) -> int:
-        return self.behaviour_logp.shape[1]
-
-
-def _stack_tree(items: Sequence[Any]) -> Any:
-    if isinstance(items[0], dict):
-        return {key: _stack_tree([item[key] for item in items]) for key in items[0]}
-    return torch.from_numpy(np.stack([np.asarray(item) for item in items]))
-
-
-def collate(fragments: Sequence[Fragment], rows: np.ndarray, device: torch.device) -> Batch:
-    obs = {}
-    for key, value in fragments[0].obs.items():
-        if np.asarray(value).dtype.kind not in "biuf":
-            continue
-        stacked = np.stack([np.concatenate([f.obs[key], np.asarray(f.next_obs[key])[None]]) for f in fragments])
-        obs[key] = torch.from_numpy(stacked).to(device)
-    first = torch.from_numpy(np.stack([np.append(f.first, f.next_first) for f in fragments])).to(device)
-    action = tree_map(lambda t: t.to(device), _stack_tree([f.action for f in fragments]))
-    logp = torch.from_numpy(np.stack([f.logp for f in fragments])).to(device)
-    state = state_from_numpy(merge_states([f.state_in for f in fragments]), device)
-    return Batch(list(fragments), obs, first, action, logp, state, np.asarray(rows))
-
-
-def slice_time(tree: Any, start: int, end: int) -> Any:
-    return tree_map(lambda t: t[:, start:end], tree)
-
-
-def _concat_rows(trees: Sequence[Any]) -> Any:
-    return None if trees[0] is None else merge_states(list(trees))
-
-
-def cut_sequences(batches: Sequence[Batch], window: int) -> Batch:
-    """Every fragment cut into ``window``-step sequences, all of them rows of one Batch.
-
-    Each sequence starts from the state ``evaluate`` recorded at its first step, so minibatches can mix
-    sequences of any fragments and times (``minibatch_window``).
-    """
-    parts = []
-    for batch in batches:
-        for number, start in enumerate(range(0, batch.length, window)):
-            end = start + window
-            reference_states = batch.reference_window_states
-            parts.append(Batch(
-                fragments=[], obs=slice_time(batch.obs, start, end), first=batch.first[:, start:end],
-                action=slice_time(batch.action, start, end), behaviour_logp=batch.behaviour_logp[:, start:end],
-                state_in=batch.window_states[number], rows=batch.rows,
-                advantages=batch.advantages[:, start:end], returns=batch.returns[:, start:end],
-                old_values=batch.old_values[:, start:end], proximal_logp=batch.proximal_logp[:, start:end],
-                reference_state_in=reference_states[number] if reference_states else None))
-    return merge_batches(parts)
-
-
-def merge_batches(parts: Sequence[Batch]) -> Batch:
-    """The rows of all ``parts`` (same length) as one Batch: what one optimiser step over all of them sees."""
-    fields = ("obs", "first", "action", "behaviour_logp", "state_in", "advantages", "returns", "old_values",
-              "proximal_logp", "reference_state_in")
-    joined = {name: _concat_rows([getattr(part, name) for part in parts]) for name in fields}
-    return Batch(fragments=[], rows=np.concatenate([part.rows for part in parts]), **joined)
-
-
-def select_rows(batch: Batch, rows: torch.Tensor) -> Batch:
-    pick = lambda tree: tree_map(lambda t: t[rows.to(t.device)], tree)  # noqa: E731
-    return Batch(fragments=[], obs=pick(batch.obs), first=pick(batch.first), action=pick(batch.action),
-                 behaviour_logp=pick(batch.behaviour_logp), state_in=pick(batch.state_in),
-                 rows=batch.rows[rows.numpy()], advantages=pick(batch.advantages), returns=pick(batch.returns),
-                 old_values=pick(batch.old_values), proximal_logp=pick(batch.proximal_logp),
-                 reference_state_in=pick(batch.reference_state_in))
 
 
 def zero_value_output(policy: torch.nn.Module) -> bool:
@@ -205,11 +92,7 @@ class PPOLearner:
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.use_amp)
         self.reference = reference
         self.rho = config.kl_divergence_coef_rho
-        self.entropy_coef = config.entropy_bonus_coef  # moves only with entropy_target
         self.skipped_steps = 0
-        # not checkpointed: a resumed run refills it from new data
-        self.imitation = SelfImitationBuffer(config.self_imitation_capacity) if config.self_imitation_coef > 0 \
-            else None
 
     def load_optimizer_state(self, state: dict) -> None:
         """Resume the optimiser from a checkpoint, keeping this learner's kernel choice.
@@ -281,10 +164,9 @@ class PPOLearner:
                                                          logits).float())
         return self.policy.value_head.denormalize(torch.cat(values, dim=1)), torch.cat(logps, dim=1)
 
-    def prepare(self, fragments: Sequence[Fragment], gae_lambda: float | None = None) -> list[Batch]:
+    def prepare(self, fragments: Sequence[Fragment]) -> list[Batch]:
         """Collate, evaluate, run GAE and normalise: everything before the gradient passes."""
         cfg = self.config
-        gae_lambda = cfg.gae_lambda if gae_lambda is None else gae_lambda
         order = np.arange(len(fragments))
         batches = [collate([fragments[i] for i in order[s:s + cfg.batch_size_per_gpu]],
                            order[s:s + cfg.batch_size_per_gpu], self.device)
@@ -298,7 +180,7 @@ class PPOLearner:
         succ = self._successors = successors([f.env_id for f in fragments], [f.index for f in fragments])
         advantages, returns = compute_gae(stacked["reward"], values[:, :-1], stacked["terminated"],
                                           stacked["truncated"], stacked["final_vpred"], values[:, -1], succ,
-                                          cfg.discount, gae_lambda)
+                                          cfg.discount, cfg.gae_lambda)
         advantages_t = torch.from_numpy(advantages).to(self.device)
         returns_t = torch.from_numpy(returns).to(self.device)
         if cfg.use_normalized_vf:
@@ -391,67 +273,65 @@ class PPOLearner:
         return kl > 1.5 * self.config.target_kl
 
     def _train_batch(self, batch: Batch, warmup: bool, closes_group: bool) -> dict[str, float]:
+        """Backward of the PPO loss over ``batch`` in ``context_length`` slices (truncated BPTT, the state
+        carried); DDP synchronises gradients only on the last slice of a group's last batch."""
         cfg = self.config
         length = batch.length
         state = batch.state_in
         reference_state = batch.state_in if batch.reference_state_in is None else batch.reference_state_in
-        value_head = self.policy.value_head
-        old_values = value_head.normalize(batch.old_values) if cfg.use_normalized_vf else batch.old_values
-        targets = value_head.normalize(batch.returns) if cfg.use_normalized_vf else batch.returns
-        windows = list(range(0, length, cfg.context_length))
+        starts = list(range(0, length, cfg.context_length))
         totals: dict[str, float] = {}
-        for number, start in enumerate(windows):
+        for number, start in enumerate(starts):
             end = min(start + cfg.context_length, length)
-            weight = (end - start) / length / cfg.gradient_accumulation
-            sync = closes_group and number == len(windows) - 1
+            share = (end - start) / length
+            sync = closes_group and number == len(starts) - 1
             context = contextlib.nullcontext() if sync or not hasattr(self.model, "no_sync") else self.model.no_sync()
             with context:
                 with self._autocast():
-                    inputs = slice_time(batch.obs, start, end)
-                    latents, state = self.model(input=inputs, state_in=state, first=batch.first[:, start:end])
-                    logits = latents["pi_logits"]
-                    head = self.policy.pi_head
-                    new_logp = head.logprob(slice_time(batch.action, start, end), logits)
-                    entropy = head.entropy(logits)
-                    mask = torch.ones_like(new_logp, dtype=torch.bool)
-                    behaviour_logp = batch.behaviour_logp[:, start:end]
-                    if cfg.decoupled_clip:
-                        proximal_logp = batch.proximal_logp[:, start:end]
-                        policy = clipped_policy_loss(new_logp.float(), proximal_logp, batch.advantages[:, start:end],
-                                                     mask, cfg.ppo_clip, cfg.log_ratio_range,
-                                                     proximal_weights(proximal_logp, behaviour_logp,
-                                                                      PROXIMAL_MAX_WEIGHT))
-                    else:
-                        policy = clipped_policy_loss(new_logp.float(), behaviour_logp, batch.advantages[:, start:end],
-                                                     mask, cfg.ppo_clip, cfg.log_ratio_range)
-                    v_loss = value_loss(latents["vpred"].float(), old_values[:, start:end],
-                                        targets[:, start:end], mask, cfg.clip_vloss, cfg.ppo_clip)
-                    entropy_mean = masked_mean(entropy.float(), mask)
-                    with torch.no_grad():  # how far the policy has moved since the iteration started (target_kl)
-                        moved = (new_logp.float() - batch.proximal_logp[:, start:end]).clamp(
-                            -cfg.log_ratio_range, cfg.log_ratio_range)
-                        proximal_kl = masked_mean(moved.exp() - 1.0 - moved, mask)
-                    kl = torch.zeros((), device=self.device)
-                    if self.reference is not None and self.rho > 0:
-                        with torch.no_grad():
-                            ref_latents, reference_state = self.reference(input=inputs, state_in=reference_state,
-                                                                          first=batch.first[:, start:end])
-                        kl = masked_mean(head.kl_divergence(logits, ref_latents["pi_logits"]).float(), mask)
-                    policy_coef = 0.0 if warmup else cfg.ppo_policy_coef
-                    entropy_coef = 0.0 if warmup else self.entropy_coef
-                    rho = 0.0 if warmup else self.rho
-                    # Zero coefficients still keep every parameter in the graph, which DDP requires.
-                    loss = (policy_coef * policy.loss + cfg.ppo_vf_coef * v_loss + rho * kl
-                            - entropy_coef * entropy_mean) * weight
-                self.scaler.scale(loss).backward()
+                    loss, terms, state, reference_state = self._slice_loss(batch, start, end, state,
+                                                                           reference_state, warmup)
+                self.scaler.scale(loss * (share / cfg.gradient_accumulation)).backward()
             state = detach_state(state)
-            share = (end - start) / length
-            for name, value in (("loss/policy", policy.loss), ("loss/value", v_loss), ("loss/entropy", entropy_mean),
-                                ("loss/kl_reference", kl), ("ppo/approx_kl", policy.approx_kl),
-                                ("ppo/clip_fraction", policy.clip_fraction), ("ppo/ratio_mean", policy.ratio_mean),
-                                ("ppo/proximal_kl", proximal_kl)):
-                totals[name] = totals.get(name, 0.0) + float(value.detach()) * share
+            for name, value in terms.items():
+                totals[name] = totals.get(name, 0.0) + float(value) * share
         return totals
+
+    def _slice_loss(self, batch: Batch, start: int, end: int, state, reference_state, warmup: bool):
+        """The loss of steps ``start:end`` of ``batch`` from ``state``: clipped policy + value + rho * KL to the
+        reference - entropy. Returns it, its terms (detached), and the policy's and reference's next states."""
+        cfg = self.config
+        inputs, first = slice_time(batch.obs, start, end), batch.first[:, start:end]
+        latents, state = self.model(input=inputs, state_in=state, first=first)
+        logits = latents["pi_logits"]
+        head = self.policy.pi_head
+        new_logp = head.logprob(slice_time(batch.action, start, end), logits)
+        mask = torch.ones_like(new_logp, dtype=torch.bool)
+        policy = clipped_policy_loss(new_logp.float(), batch.behaviour_logp[:, start:end],
+                                     batch.advantages[:, start:end], mask, cfg.ppo_clip, cfg.log_ratio_range)
+        value_head = self.policy.value_head
+        old_values, targets = batch.old_values[:, start:end], batch.returns[:, start:end]
+        if cfg.use_normalized_vf:
+            old_values, targets = value_head.normalize(old_values), value_head.normalize(targets)
+        v_loss = value_loss(latents["vpred"].float(), old_values, targets, mask, cfg.clip_vloss, cfg.ppo_clip)
+        entropy = masked_mean(head.entropy(logits).float(), mask)
+        kl = torch.zeros((), device=self.device)
+        if self.reference is not None and self.rho > 0:
+            with torch.no_grad():
+                reference_latents, reference_state = self.reference(input=inputs, state_in=reference_state,
+                                                                    first=first)
+            kl = masked_mean(head.kl_divergence(logits, reference_latents["pi_logits"]).float(), mask)
+        with torch.no_grad():  # how far the policy has moved since the iteration started (target_kl)
+            moved = (new_logp.float() - batch.proximal_logp[:, start:end]).clamp(-cfg.log_ratio_range,
+                                                                                 cfg.log_ratio_range)
+            proximal_kl = masked_mean(moved.exp() - 1.0 - moved, mask)
+        policy_coef, entropy_coef, rho = (0.0, 0.0, 0.0) if warmup else (cfg.ppo_policy_coef,
+                                                                         cfg.entropy_bonus_coef, self.rho)
+        # Zero coefficients still keep every parameter in the graph, which DDP requires.
+        loss = policy_coef * policy.loss + cfg.ppo_vf_coef * v_loss + rho * kl - entropy_coef * entropy
+        terms = {"loss/policy": policy.loss, "loss/value": v_loss, "loss/entropy": entropy, "loss/kl_reference": kl,
+                 "ppo/approx_kl": policy.approx_kl, "ppo/clip_fraction": policy.clip_fraction,
+                 "ppo/ratio_mean": policy.ratio_mean, "ppo/proximal_kl": proximal_kl}
+        return loss, {name: value.detach() for name, value in terms.items()}, state, reference_state
 
     def _optimizer_step(self) -> tuple[float, bool]:
         """Clip, check for non-finite gradients on *all* ranks, then step -- or skip together.
@@ -462,7 +342,7 @@ class PPOLearner:
         grad_norm = torch.nn.utils.clip_grad_norm_(parameters, self.config.max_grad_norm) if parameters \
             else torch.zeros((), device=self.device)
         bad = torch.tensor([0.0 if torch.isfinite(grad_norm) else 1.0], device=self.device)
-        all_reduce(bad, dist.ReduceOp.MAX if distributed() else None)
+        all_reduce_max(bad)
         if bad.item() > 0:
             self.skipped_steps += 1
             self.optimizer.zero_grad(set_to_none=True)
@@ -473,75 +353,6 @@ class PPOLearner:
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
         return float(grad_norm), True
-
-    # ------------------------------------------------------------------ self-imitation
-
-    def keep_for_imitation(self, batches: list[Batch]) -> None:
-        """Offer every fragment of the iteration to the buffer, prioritised by its largest ``(R - V)+``."""
-        for batch in batches:
-            length = batch.length
-            priorities = positive_advantage(batch.returns, batch.old_values).amax(dim=1).tolist()
-            for row, priority in enumerate(priorities):
-                if priority <= 0.0:
-                    continue
-                kept = select_rows(batch, torch.tensor([row]))  # copies the row, so the batch can be freed
-                self.imitation.offer(ImitationSample(
-                    obs=slice_time(kept.obs, 0, length), first=kept.first[:, :length], action=kept.action,
-                    state_in=kept.state_in, returns=kept.returns, priority=priority))
-
-    def imitate(self, generator: torch.Generator) -> dict[str, float]:
-        """``self_imitation_updates`` optimiser steps on kept fragments; every rank takes the same number
-        (DDP), so all stop as soon as one rank has nothing left worth imitating."""
-        cfg = self.config
-        sums = dict.fromkeys(IMITATION_TERMS, 0.0)
-        passes = steps = 0
-        for _ in range(cfg.self_imitation_updates):
-            ready = torch.tensor([1.0 if self.imitation.total_priority > 0 else 0.0], device=self.device)
-            if all_reduce(ready, dist.ReduceOp.MIN if distributed() else None).item() == 0:
-                break
-            indices = self.imitation.draw(cfg.self_imitation_batch_size, generator)
-            self.optimizer.zero_grad(set_to_none=True)
-            terms, priorities = self._imitation_pass(self.imitation.stacked(indices))
-            self.imitation.reprioritise(indices, priorities)
-            _, stepped = self._optimizer_step()
-            passes, steps = passes + 1, steps + int(stepped)
-            for name, value in terms.items():
-                sums[name] += value
-        metrics = {name: value / max(passes, 1) for name, value in sums.items()}
-        metrics.update({"self_imitation/steps": float(steps), "self_imitation/fragments": float(len(self.imitation)),
-                        "self_imitation/total_priority": self.imitation.total_priority})
-        return dict(zip(metrics, rank_mean(metrics.values(), self.device)))
-
-    def _imitation_pass(self, sample: ImitationSample) -> tuple[dict[str, float], list[float]]:
-        """Backward of ``coef * (-log pi(a|s) (R - V)+ + value_coef * 0.5 ((R - V)+)^2)`` over the kept
-        fragments (truncated BPTT as in the PPO passes); returns its terms and each fragment's new priority."""
-        cfg = self.config
-        value_head = self.policy.value_head
-        length = sample.returns.shape[1]
-        state = sample.state_in
-        priorities = torch.zeros(sample.returns.shape[0], device=self.device)
-        totals = dict.fromkeys(IMITATION_TERMS, 0.0)
-        for start in range(0, length, cfg.context_length):
-            end = min(start + cfg.context_length, length)
-            share = (end - start) / length
-            with self._autocast():
-                latents, state = self.model(input=slice_time(sample.obs, start, end), state_in=state,
-                                            first=sample.first[:, start:end])
-                logp = self.policy.pi_head.logprob(slice_time(sample.action, start, end),
-                                                   latents["pi_logits"]).float()
-                vpred = latents["vpred"].float()
-                returns = sample.returns[:, start:end]
-                weight = positive_advantage(returns, value_head.denormalize(vpred))
-                targets = value_head.normalize(returns) if cfg.use_normalized_vf else returns
-                policy_loss = -(logp * weight).mean()
-                value_gap = 0.5 * ((targets - vpred).clamp_min(0.0) ** 2).mean()
-                loss = cfg.self_imitation_coef * (policy_loss + cfg.self_imitation_value_coef * value_gap) * share
-            self.scaler.scale(loss).backward()
-            state = detach_state(state)
-            priorities = torch.maximum(priorities, weight.amax(dim=1))
-            for name, value in zip(IMITATION_TERMS, (policy_loss, value_gap, (weight > 0).float().mean())):
-                totals[name] += float(value.detach()) * share
-        return totals, priorities.tolist()
 
     def _data_metrics(self, batches: list[Batch], fragments: Sequence[Fragment], version: int) -> dict[str, float]:
         """Statistics of the iteration's data over all ranks (sums all-reduced, the lag maximum by MAX)."""
@@ -560,8 +371,7 @@ class PPOLearner:
             float(values.numel()), float(returns.sum()), float((returns ** 2).sum()), float(residual.sum()),
             float((residual ** 2).sum()), float(lag.sum()), float(len(fragments)), float(rewards.sum()),
             float(chained), stale_kl, stale_clipped], dtype=torch.float64, device=self.device)).tolist()
-        lag_max = all_reduce(torch.tensor([float(lag.max())], dtype=torch.float64, device=self.device),
-                             dist.ReduceOp.MAX if distributed() else None).item()
+        lag_max = all_reduce_max(torch.tensor([float(lag.max())], dtype=torch.float64, device=self.device)).item()
         n, y_sum, y_sq, r_sum, r_sq, lag_sum, count, reward_sum, chained_total, stale_kl, stale_clipped = sums
         return {
             "ppo/behaviour_kl": stale_kl / n,
@@ -578,23 +388,12 @@ class PPOLearner:
     def iteration(self, fragments: Sequence[Fragment], iteration: int, version: int,
                   generator: torch.Generator) -> dict[str, float]:
         """Prepare and train on ``fragments``; returns rank-averaged metrics."""
-        cfg = self.config
         lr = self.set_learning_rate(iteration)
-        gae_lambda = scheduled_gae_lambda(iteration, cfg.gae_lambda, cfg.gae_lambda_initial,
-                                          cfg.gae_lambda_hold_iterations, cfg.gae_lambda_ramp_iterations)
         self.model.train()
-        batches = self.prepare(fragments, gae_lambda)
+        batches = self.prepare(fragments)
         metrics = self.train_epochs(batches, iteration, generator)
-        if self.imitation is not None and iteration >= cfg.vf_warmup:
-            self.keep_for_imitation(batches)
-            metrics.update(self.imitate(generator))
         metrics.update(self._data_metrics(batches, fragments, version))
-        metrics.update({"ppo/learning_rate": lr, "ppo/gae_lambda": gae_lambda, "ppo/rho": self.rho,
-                        "ppo/entropy_coef": self.entropy_coef, "ppo/skipped_steps_total": float(self.skipped_steps)})
-        self.rho *= cfg.coef_rho_decay
-        if cfg.entropy_target is not None and iteration >= cfg.vf_warmup:
-            # loss/entropy is already averaged over ranks, so every rank moves the coefficient alike
-            self.entropy_coef = adapt_entropy_coef(self.entropy_coef, metrics["loss/entropy"], cfg.entropy_target,
-                                                   cfg.entropy_coef_step, cfg.entropy_bonus_coef,
-                                                   cfg.entropy_coef_max)
+        metrics.update({"ppo/learning_rate": lr, "ppo/rho": self.rho,
+                        "ppo/skipped_steps_total": float(self.skipped_steps)})
+        self.rho *= self.config.coef_rho_decay
         return metrics

@@ -11,7 +11,6 @@ ratio makes the clipped objective the trust region it is meant to be.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -30,40 +29,24 @@ class PolicyLossResult:
     ratio_mean: torch.Tensor
 
 
-def clipped_policy_loss(new_logp: torch.Tensor, anchor_logp: torch.Tensor, advantages: torch.Tensor,
-                        mask: torch.Tensor, clip: float, log_ratio_range: float,
-                        weights: torch.Tensor | None = None) -> PolicyLossResult:
-    """PPO's clipped surrogate, as a loss to minimise; the ratio is ``pi / anchor``.
+def clipped_policy_loss(new_logp: torch.Tensor, behaviour_logp: torch.Tensor, advantages: torch.Tensor,
+                        mask: torch.Tensor, clip: float, log_ratio_range: float) -> PolicyLossResult:
+    """PPO's clipped surrogate, as a loss to minimise; the ratio is ``pi / pi_behaviour``.
 
-    The anchor is the behaviour policy, or with ``weights`` the proximal policy of decoupled PPO (see
-    ``proximal_weights``); each step's term is then multiplied by its weight.
     The log-ratio is clamped on both sides to ``+-log_ratio_range`` before ``exp`` (MineStudio clamps only the
     upper side, so a collapsed probability still yields ratio 0 and a NaN-prone gradient path).
     """
-    log_ratio = (new_logp - anchor_logp).clamp(-log_ratio_range, log_ratio_range)
+    log_ratio = (new_logp - behaviour_logp).clamp(-log_ratio_range, log_ratio_range)
     ratio = torch.exp(log_ratio)
     unclipped = -advantages * ratio
     clipped = -advantages * ratio.clamp(1.0 - clip, 1.0 + clip)
     surrogate = torch.maximum(unclipped, clipped)
-    loss = masked_mean(surrogate if weights is None else surrogate * weights, mask)
+    loss = masked_mean(surrogate, mask)
     with torch.no_grad():
         approx_kl = masked_mean((ratio - 1.0) - log_ratio, mask)
         clip_fraction = masked_mean(((ratio - 1.0).abs() > clip).float(), mask)
         ratio_mean = masked_mean(ratio, mask)
     return PolicyLossResult(loss, approx_kl, clip_fraction, ratio_mean)
-
-
-def proximal_weights(proximal_logp: torch.Tensor, behaviour_logp: torch.Tensor, max_weight: float) -> torch.Tensor:
-    """Decoupled PPO's importance weights ``min(pi_proximal / pi_behaviour, max_weight)``.
-
-    Why: with asynchronous collection the learner's policy at the start of an iteration is already up to
-    ``max_staleness`` updates away from the behaviour policy, so clipping ``pi / pi_behaviour`` leaves a step
-    less (or no) trust region: its gradient is cut before this iteration has moved at all. Decoupled PPO
-    (Hilton et al., 2021) clips ``pi / pi_proximal`` instead, the proximal policy being the learner's at the
-    start of the iteration, and corrects for the behaviour policy with these weights, truncated as V-trace
-    truncates its ratios so one unlikely old action cannot dominate a batch.
-    """
-    return torch.exp((proximal_logp - behaviour_logp).clamp(max=math.log(max_weight)))
 
 
 def value_loss(new_values: torch.Tensor, old_values: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor,

@@ -27,7 +27,8 @@ from craftrl.config.loading import config_to_yaml
 from craftrl.config.validate import build_config
 from craftrl.train.checkpoint import TrainingState, restore_rng_state
 from craftrl.train.home_checkpoints import HomeCheckpoints
-from craftrl.train.learner import PPOLearner, all_reduce, distributed, zero_value_output
+from craftrl.train.distributed import all_reduce_min, distributed
+from craftrl.train.learner import PPOLearner, zero_value_output
 from craftrl.weights import WeightPublisher
 
 logger = logging.getLogger(__name__)
@@ -104,9 +105,6 @@ class _Run:
                                             else None)
         self.learner = PPOLearner(model, train, self.device, reference)
         self.learner.rho = self.state.rho
-        if train.entropy_target is not None:  # an adapted coefficient continues, within today's bounds
-            saved = self.state.extra.get("entropy_coef", train.entropy_bonus_coef)
-            self.learner.entropy_coef = min(max(saved, train.entropy_bonus_coef), train.entropy_coef_max)
         if resumed and train.resume_optimizer and self._payload.get("optimizer"):
             self.learner.load_optimizer_state(self._payload["optimizer"])
             if self._payload.get("scaler"):
@@ -153,8 +151,7 @@ class _Run:
         descriptors = self._sample()
         fragments = [f for result in self.readers.read(descriptors) if result.ok for f in result.fragments]
         # Every rank must run the same number of batches or DDP's collectives hang: use the common minimum.
-        common = all_reduce(torch.tensor([len(fragments)], device=self.device),
-                            torch.distributed.ReduceOp.MIN if distributed() else None)
+        common = all_reduce_min(torch.tensor([len(fragments)], device=self.device))
         return fragments[:int(common.item())]
 
     def _sample(self) -> list[Any]:
@@ -222,7 +219,6 @@ class _Run:
             return
         learner = self.learner
         self.state.rho = learner.rho
-        self.state.extra["entropy_coef"] = learner.entropy_coef
         self.checkpoints.save(self.state, model=learner.policy.state_dict(),
                               optimizer=learner.optimizer.state_dict(),
                               reference=learner.reference.state_dict() if learner.reference is not None else None,

@@ -92,9 +92,6 @@ BAD_CONFIGS = [
     (_with("rollout_config.worker_config.step_timeout", 0), "step_timeout: expected > 0, got 0"),
     (_with("train_config.minibatch_window", 5),
      "train_config.minibatch_window: expected a divisor of rollout_config.fragment_length (256), got 5"),
-    ({"train_config": {"entropy_target": 1.0, "entropy_coef_max": 0.001}},
-     "train_config.entropy_coef_max: expected >= entropy_bonus_coef (0.01), got 0.001"),
-    (_with("train_config.entropy_coef_step", 0.5), "train_config.entropy_coef_step: expected >= 1.0, got 0.5"),
 ]
 
 

@@ -37,12 +37,12 @@ def action_one_probability(policy) -> float:
     return float(latents["pi_logits"].exp()[..., 1].mean())
 
 
-@pytest.mark.parametrize("decoupled_clip, minibatch_window", [(False, 0), (True, 0), (False, 1), (False, 5)])
-def test_ppo_learns_the_rewarding_action(decoupled_clip, minibatch_window):
+@pytest.mark.parametrize("minibatch_window", [0, 1, 5])
+def test_ppo_learns_the_rewarding_action(minibatch_window):
     torch.manual_seed(0)
     rng = np.random.default_rng(0)
     policy = mlp_policy_generator(obs_dim=4, num_actions=2)
-    config = train_config(decoupled_clip=decoupled_clip, minibatch_window=minibatch_window)
+    config = train_config(minibatch_window=minibatch_window)
     learner = PPOLearner(policy, config, torch.device("cpu"))
     before = action_one_probability(policy)
     generator = torch.Generator().manual_seed(0)
@@ -55,70 +55,32 @@ def test_ppo_learns_the_rewarding_action(decoupled_clip, minibatch_window):
     assert after > 0.85, f"P(rewarding action) went {before:.2f} -> {after:.2f}"
 
 
-def _bandit_entropies(**overrides) -> tuple[list[float], list[float]]:
-    """Entropy and entropy coefficient per iteration while PPO learns the bandit's rewarding action."""
+def _weights_after_iterations(iterations: int, **overrides) -> tuple[torch.Tensor, list[int]]:
+    """After training on the same bandit data: the policy's flattened weights and the optimiser steps taken so
+    far after each iteration."""
     torch.manual_seed(0)
     rng = np.random.default_rng(0)
     policy = mlp_policy_generator(obs_dim=4, num_actions=2)
     learner = PPOLearner(policy, train_config(**overrides), torch.device("cpu"))
     generator = torch.Generator().manual_seed(0)
-    entropies, coefs = [], []
-    for iteration in range(16):
-        fragments = bandit_fragments(policy, num_envs=8, length=10, rng=rng, version=iteration)
-        metrics = learner.iteration(fragments, iteration, iteration, generator)
-        entropies.append(metrics["loss/entropy"])
-        coefs.append(metrics["ppo/entropy_coef"])
-    return entropies, coefs
-
-
-def test_entropy_target_raises_the_bonus_until_a_collapsed_policy_recovers():
-    fixed_entropy, fixed_coef = _bandit_entropies(entropy_bonus_coef=0.001)
-    held_entropy, held_coef = _bandit_entropies(entropy_bonus_coef=0.001, entropy_target=0.66,
-                                                entropy_coef_step=3.0, entropy_coef_max=1.0)
-    assert fixed_coef == [0.001] * 16
-    assert fixed_entropy[-1] < 0.05, "without a target the bandit policy becomes deterministic"
-    assert held_coef[:2] == [0.001, 0.001] and held_coef[-1] == 1.0, "the coefficient climbs to its ceiling"
-    assert min(held_entropy) < 0.2 and held_entropy[-1] > 0.4, "the collapse is undone"
-
-
-def _weights_after_iterations(iterations: int, **overrides) -> tuple[torch.Tensor, list[float], list[int]]:
-    """After training on the same bandit data: the policy's flattened weights, each iteration's lambda, and the
-    optimiser steps taken so far after each iteration."""
-    torch.manual_seed(0)
-    rng = np.random.default_rng(0)
-    policy = mlp_policy_generator(obs_dim=4, num_actions=2)
-    learner = PPOLearner(policy, train_config(**overrides), torch.device("cpu"))
-    generator = torch.Generator().manual_seed(0)
-    lambdas, steps = [], []
+    steps = []
     for iteration in range(iterations):
         fragments = bandit_fragments(policy, num_envs=8, length=10, rng=rng, version=iteration)
-        lambdas.append(learner.iteration(fragments, iteration, iteration, generator)["ppo/gae_lambda"])
+        learner.iteration(fragments, iteration, iteration, generator)
         steps.append(int(learner.optimizer.state[policy.pi_head.linear_layer.weight]["step"]))
-    return torch.cat([p.detach().reshape(-1) for p in policy.parameters()]), lambdas, steps
-
-
-def test_gae_lambda_schedule_trains_with_the_initial_lambda_then_the_final_one():
-    _, lambdas, _ = _weights_after_iterations(2, gae_lambda=1.0, gae_lambda_initial=0.0,
-                                              gae_lambda_hold_iterations=1)
-    assert lambdas == [0.0, 1.0]
-    fixed_initial, _, _ = _weights_after_iterations(1, gae_lambda=0.0)
-    scheduled_first, _, _ = _weights_after_iterations(1, gae_lambda=1.0, gae_lambda_initial=0.0,
-                                                      gae_lambda_hold_iterations=1)
-    fixed_final, _, _ = _weights_after_iterations(1, gae_lambda=1.0)
-    assert torch.equal(scheduled_first, fixed_initial), "the first iteration's GAE used the initial lambda"
-    assert not torch.equal(fixed_final, fixed_initial), "lambda changes the update on this data"
+    return torch.cat([p.detach().reshape(-1) for p in policy.parameters()]), steps
 
 
 @pytest.mark.parametrize("minibatch_window", [0, 5])
 def test_whole_batch_iterations_take_one_step_per_epoch_over_all_the_data(minibatch_window):
     """8 fragments in batches of 4: a whole-batch iteration is 1 optimiser step per epoch, and trains exactly as
     one batch of all 8 fragments does; after it, 2 minibatches per epoch again."""
-    whole, _, _ = _weights_after_iterations(1, whole_batch_iterations=1, minibatch_window=minibatch_window)
-    one_batch, _, _ = _weights_after_iterations(1, batch_size_per_gpu=8, minibatch_window=minibatch_window)
-    split, _, _ = _weights_after_iterations(1, minibatch_window=minibatch_window)
+    whole, _ = _weights_after_iterations(1, whole_batch_iterations=1, minibatch_window=minibatch_window)
+    one_batch, _ = _weights_after_iterations(1, batch_size_per_gpu=8, minibatch_window=minibatch_window)
+    split, _ = _weights_after_iterations(1, minibatch_window=minibatch_window)
     assert mismatch_ulps(whole, one_batch) <= REORDERING_ULPS
     assert mismatch_ulps(whole, split) > REORDERING_ULPS
-    _, _, steps = _weights_after_iterations(2, whole_batch_iterations=1, minibatch_window=minibatch_window)
+    _, steps = _weights_after_iterations(2, whole_batch_iterations=1, minibatch_window=minibatch_window)
     assert steps == [2, 2 + 2 * 2]  # 2 epochs: 1 step each, then 2 minibatches each
 
 
@@ -126,10 +88,10 @@ def test_target_kl_stops_the_epochs_once_the_policy_moved_past_it():
     """8 fragments in batches of 4, 2 epochs: 4 optimiser steps, unless the KL from the iteration's start passes
     1.5 x target_kl first. The first step always happens (nothing has moved before it), the next minibatch then
     measures the move and stops the iteration."""
-    free, _, free_steps = _weights_after_iterations(1, target_kl=10.0)
-    plain, _, _ = _weights_after_iterations(1)
+    free, free_steps = _weights_after_iterations(1, target_kl=10.0)
+    plain, _ = _weights_after_iterations(1)
     assert free_steps == [4] and torch.equal(free, plain), "a target never reached changes nothing"
-    stopped, _, stopped_steps = _weights_after_iterations(1, target_kl=1e-6)
+    stopped, stopped_steps = _weights_after_iterations(1, target_kl=1e-6)
     assert stopped_steps == [1]
     assert not torch.equal(stopped, plain)
 
@@ -253,24 +215,19 @@ def test_vpt_trains_on_its_dict_actions_and_transformer_memory(device, use_amp):
     assert any(not torch.equal(a, b) for a, b in zip(before, trained.parameters()))
 
 
-@pytest.mark.parametrize("decoupled_clip", [False, True])
-def test_stale_behaviour_data_is_measured_and_decoupled_clip_starts_at_the_proximal_policy(decoupled_clip):
+def test_stale_behaviour_data_is_measured_and_its_clipping_starts_at_the_behaviour_policy():
     """Data acted by an older policy: the trust region against the behaviour is partly spent before the
-    iteration moves; decoupled PPO's ratio starts at one (the learner's own policy) instead."""
+    iteration moves, and the clip fraction says so from the first minibatch."""
     torch.manual_seed(5)
     policy = mlp_policy_generator(obs_dim=4, num_actions=2)
     fragments = bandit_fragments(policy, 8, 8, np.random.default_rng(5))
     with torch.no_grad():  # the learner has moved on since these steps were acted
         policy.pi_head.linear_layer.weight.add_(torch.randn_like(policy.pi_head.linear_layer.weight) * 3.0)
-    config = train_config(epochs_per_iteration=1, learning_rate=1e-9, decoupled_clip=decoupled_clip)
+    config = train_config(epochs_per_iteration=1, learning_rate=1e-9)
     learner = PPOLearner(policy, config, torch.device("cpu"))
     metrics = learner.iteration(fragments, 0, 1, torch.Generator().manual_seed(0))
     assert metrics["ppo/behaviour_kl"] > 0.01 and metrics["ppo/behaviour_clip_fraction"] > 0.1
-    if decoupled_clip:
-        assert metrics["ppo/ratio_mean"] == pytest.approx(1.0, abs=REORDERING_RTOL)
-        assert metrics["ppo/clip_fraction"] == 0.0
-    else:
-        assert metrics["ppo/clip_fraction"] == pytest.approx(metrics["ppo/behaviour_clip_fraction"], abs=1e-6)
+    assert metrics["ppo/clip_fraction"] == pytest.approx(metrics["ppo/behaviour_clip_fraction"], abs=1e-6)
 
 
 def test_nan_in_the_data_skips_the_step_and_leaves_weights_untouched():

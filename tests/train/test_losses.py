@@ -7,9 +7,8 @@ import math
 import pytest
 import torch
 
-from craftrl.train.coefficients import adapt_entropy_coef, scheduled_gae_lambda
 from craftrl.train.losses import (advantage_moments, clipped_policy_loss, explained_variance_from_sums,
-                                  masked_mean, normalize_advantages, proximal_weights, value_loss)
+                                  masked_mean, normalize_advantages, value_loss)
 
 ALL = torch.ones(3, dtype=torch.bool)
 
@@ -37,22 +36,6 @@ def test_mask_excludes_steps_and_log_ratio_is_clamped_on_both_sides():
     assert result.loss.item() == pytest.approx((-ratio_low - 1.0) / 2, abs=1e-6)
     result.loss.backward()
     assert torch.isfinite(new.grad).all() and new.grad[0] == 0
-
-
-def test_decoupled_loss_clips_against_the_proximal_policy_and_weights_by_truncated_ratio():
-    behaviour = torch.log(torch.tensor([0.5, 0.5, 0.5]))
-    proximal = torch.log(torch.tensor([0.75, 0.25, 0.5]))  # the learner already moved before this iteration
-    weights = proximal_weights(proximal, behaviour, max_weight=1.2)
-    torch.testing.assert_close(weights, torch.tensor([1.2, 0.5, 1.0]))  # 1.5 truncated to 1.2
-    new = torch.log(torch.tensor([0.75, 0.25, 0.55]))  # ratios to proximal: 1, 1, 1.1
-    adv = torch.tensor([1.0, -2.0, 3.0])
-    result = clipped_policy_loss(new, proximal, adv, ALL, clip=0.2, log_ratio_range=50, weights=weights)
-    # per step weight * max(-A r, -A clip(r)): 1.2 * -1; 0.5 * 2; 1.0 * -3.3 -- nothing is clipped yet, whereas
-    # against the behaviour policy the first two steps would already be outside the trust region
-    assert result.loss.item() == pytest.approx((-1.2 + 1.0 - 3.3) / 3, abs=1e-6)
-    assert result.clip_fraction.item() == 0.0
-    behaviour_result = clipped_policy_loss(new, behaviour, adv, ALL, clip=0.2, log_ratio_range=50)
-    assert behaviour_result.clip_fraction.item() == pytest.approx(2 / 3)
 
 
 def test_value_loss_plain_and_clipped():
@@ -110,23 +93,3 @@ def test_advantage_std_floor_keeps_signal_free_batches_small():
     signal_moments = advantage_moments(signal, torch.ones(4, dtype=torch.bool))
     assert torch.allclose(normalize_advantages(signal, signal_moments, std_floor=0.1),
                           normalize_advantages(signal, signal_moments))
-
-
-def test_entropy_coefficient_rises_below_target_and_falls_back_to_the_configured_bonus():
-    bounds = {"target": 1.0, "step": 2.0, "floor": 0.01, "ceiling": 0.05}
-    coef = 0.01
-    rising = []
-    for _ in range(4):
-        coef = adapt_entropy_coef(coef, entropy=0.5, **bounds)
-        rising.append(coef)
-    assert rising == pytest.approx([0.02, 0.04, 0.05, 0.05])  # doubles, then stops at the ceiling
-    assert adapt_entropy_coef(0.05, entropy=1.5, **bounds) == pytest.approx(0.025)
-    assert adapt_entropy_coef(0.015, entropy=1.5, **bounds) == pytest.approx(0.01)  # never below the bonus
-    assert adapt_entropy_coef(0.03, entropy=1.0, **bounds) == pytest.approx(0.03)  # on target: unchanged
-
-
-def test_gae_lambda_holds_its_initial_value_then_ramps_linearly_to_the_final_one():
-    schedule = [scheduled_gae_lambda(i, final=0.95, initial=0.65, hold=2, ramp=4) for i in range(8)]
-    assert schedule == pytest.approx([0.65, 0.65, 0.65, 0.725, 0.8, 0.875, 0.95, 0.95])
-    assert scheduled_gae_lambda(0, final=0.95, initial=None, hold=2, ramp=4) == 0.95  # no schedule
-    assert scheduled_gae_lambda(3, final=0.95, initial=0.65, hold=3, ramp=0) == 0.95  # a step, no ramp
