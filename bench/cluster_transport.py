@@ -61,8 +61,8 @@ def make_fragment(frames: np.ndarray, env_id: str, index: int):
         env_id=env_id, index=index, obs={"image": frames[:length]},
         action=rng.integers(0, 17, length).astype(np.int64), reward=np.zeros(length, np.float32),
         terminated=np.zeros(length, bool), truncated=np.zeros(length, bool), first=np.zeros(length, bool),
-        logp=rng.normal(size=length).astype(np.float32), vpred=rng.normal(size=length).astype(np.float32),
-        version=np.zeros(length, np.int64), final_vpred=np.full(length, np.nan, np.float32),
+        logp=rng.normal(size=length).astype(np.float32), value=rng.normal(size=length).astype(np.float32),
+        version=np.zeros(length, np.int64), final_value=np.full(length, np.nan, np.float32),
         next_obs={"image": frames[length:]}, next_first=False,
         state_in={"h": rng.normal(size=(1, 256)).astype(np.float32), "c": rng.normal(size=(1, 256)).astype(np.float32)})
 

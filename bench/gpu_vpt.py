@@ -74,7 +74,7 @@ def acted_fragments(policy, count: int, length: int) -> list:
             for i, cutter in enumerate(cutters):
                 closed = cutter.begin_step({"image": images[i, 0].numpy()}, bool(first[i]),
                                            tree_map(lambda a: a[i], actions), float(out.logp[i, 0]),
-                                           float(out.vpred[i, 0]), 0, lambda s=states_in[i]: s)
+                                           float(out.value[i, 0]), 0, lambda s=states_in[i]: s)
                 if closed is not None:
                     fragments.append(closed)
                 else:

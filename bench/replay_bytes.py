@@ -55,8 +55,8 @@ def make_fragments(frames: np.ndarray, length: int, seed: int) -> list[Fragment]
             reward=(rng.random(length) < 0.01).astype(np.float32),
             terminated=np.zeros(length, bool), truncated=np.zeros(length, bool), first=first,
             logp=rng.normal(-2.8, 0.1, length).astype(np.float32),
-            vpred=rng.normal(0, 1, length).astype(np.float32),
-            version=np.full(length, 7, np.int64), final_vpred=np.full(length, np.nan, np.float32),
+            value=rng.normal(0, 1, length).astype(np.float32),
+            version=np.full(length, 7, np.int64), final_value=np.full(length, np.nan, np.float32),
             next_obs={"image": window[-1:]}, next_first=False,
             state_in=(rng.normal(size=(1, 256)).astype(np.float32),),
         ))

@@ -291,7 +291,7 @@ def write_results(results: list[tuple[Path, dict[str, float]]], command: str, ou
     median = statistics.median(r["time_to_3_s"] for _, r in results)
     split = cpu_split_rows([run_dir for run_dir, _ in results])
     wall = wall_split_rows([run_dir for run_dir, _ in results])
-    text = [f"## Time to cows on the default task (`bench/time_to_cows.py`, P3)", "",
+    text = ["## Time to cows on the default task (`bench/time_to_cows.py`, P3)", "",
             f"`{command}`, {datetime.date.today().isoformat()}, {os.cpu_count()} cores. The clock starts at launch "
             "(Ray, env and trainer start-up included); cows per episode is the mean of the last 20 episodes. "
             "Times scale with the machine: compare runs by their raw env steps/s column.", "",

@@ -180,10 +180,10 @@ def cross_field_problems(config: OnlineConfig) -> list[str]:
             "local mode the learner runs in the driver, which Ray does not place"
         )
     fragment_length = config.rollout_config.fragment_length
-    if train.minibatch_window and fragment_length % train.minibatch_window:
+    if train.minibatch_sequence_length and fragment_length % train.minibatch_sequence_length:
         problems.append(
-            f"train_config.minibatch_window: expected a divisor of rollout_config.fragment_length "
-            f"({fragment_length}), got {train.minibatch_window}; fragments are cut into equal sequences"
+            f"train_config.minibatch_sequence_length: expected a divisor of rollout_config.fragment_length "
+            f"({fragment_length}), got {train.minibatch_sequence_length}; fragments are cut into equal sequences"
         )
     if train.resume == "":
         problems.append("train_config.resume: expected a checkpoint path, 'latest' or null, got ''")

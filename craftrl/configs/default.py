@@ -8,7 +8,7 @@ defaults (docs/config.md). Why each choice, in short (the measurements: bench/no
   size learned no faster per env step, and its inference and learner passes took CPU the envs needed.
 * **Updates**: 1024 env steps per iteration (32 fragments of 32 steps), 4 epochs, each fragment used once. The
   first 30 iterations take whole-batch steps, which find the first cows soonest while rewards are rare; then
-  16-step windows in 8 minibatches, which keep the entropy up and climb past where whole-batch runs level off.
+  16-step sequences shuffled into 8 minibatches, which keep the entropy up and climb past where whole-batch runs level off.
   ``target_kl`` ends an iteration's epochs once the policy has moved far enough; lr 5e-4 suits the 32 small
   steps an iteration then takes.
 * **Learner precision**: bfloat16 where the CPU has native bf16 instructions (float32 elsewhere), which leaves
@@ -52,7 +52,7 @@ online_dict = {
         "learning_rate": 5e-4,
         "batch_size_per_gpu": 4,
         "batches_per_iteration": 8,
-        "minibatch_window": 16,
+        "minibatch_sequence_length": 16,
         "whole_batch_iterations": 30,
         "gae_lambda": 0.8,
         "epochs_per_iteration": 4,

@@ -25,7 +25,7 @@ class ActResult:
 
     action: Action
     logp: torch.Tensor
-    vpred: torch.Tensor  # in return units (denormalised)
+    value: torch.Tensor  # in return units (the value head's normalised ``vpred``, denormalised)
     state_out: State
     latents: dict[str, Any]
 
@@ -65,7 +65,7 @@ class Policy(nn.Module, abc.ABC):
         return ActResult(
             action=action,
             logp=self.pi_head.logprob(action, logits),
-            vpred=self.value_head.denormalize(latents["vpred"]),
+            value=self.value_head.denormalize(latents["vpred"]),
             state_out=state_out,
             latents=latents,
         )

@@ -83,10 +83,10 @@ def check_forward_outputs(outputs: Any, batch: int, time: int, num_actions: int 
 
 
 def check_act_result(result: Any, batch: int, time: int) -> None:
-    """Raise unless ``policy.act`` returned an ``ActResult`` whose ``logp`` and ``vpred`` are ``[B, T]``."""
+    """Raise unless ``policy.act`` returned an ``ActResult`` whose ``logp`` and ``value`` are ``[B, T]``."""
     if not isinstance(result, ActResult):
         raise PolicyContractError(f"act() returned {describe_value(result)} (expected a craftrl.policies.ActResult)")
-    for name in ("logp", "vpred"):
+    for name in ("logp", "value"):
         value = getattr(result, name)
         if not isinstance(value, torch.Tensor) or tuple(value.shape) != (batch, time):
             raise PolicyContractError(f"act() returned {name} as {describe_value(value)} (expected shape "

@@ -30,7 +30,7 @@ import zstandard
 from craftrl.rollout.fragment import Fragment
 
 MAGIC = b"CRFR"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 _PREFIX = struct.Struct("<4sB3xIQ")
 _HEADER_SIZE = struct.Struct("<I")
 _ALIGN = 16

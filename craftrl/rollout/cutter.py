@@ -29,12 +29,12 @@ class _Step:
     first: bool
     action: Any
     logp: float
-    vpred: float
+    value: float
     version: int
     reward: float = 0.0
     terminated: bool = False
     truncated: bool = False
-    final_vpred: float = float("nan")
+    final_value: float = float("nan")
     complete: bool = False
 
 
@@ -54,7 +54,7 @@ class FragmentCutter:
     def num_steps(self) -> int:
         return len(self._steps)
 
-    def begin_step(self, obs: dict[str, np.ndarray], first: bool, action: Any, logp: float, vpred: float,
+    def begin_step(self, obs: dict[str, np.ndarray], first: bool, action: Any, logp: float, value: float,
                    version: int, state_in: Any | Callable[[], Any]) -> Fragment | None:
         """Record that the policy acted on ``obs``; returns the fragment this observation closes, if any."""
         closed = None
@@ -64,10 +64,10 @@ class FragmentCutter:
             closed = self._close(obs, first)
         if not self._steps:  # a callable is evaluated only here, so a worker converts states once per fragment
             self._state_in = state_in() if callable(state_in) else state_in
-        self._steps.append(_Step(obs, bool(first), action, float(logp), float(vpred), int(version)))
+        self._steps.append(_Step(obs, bool(first), action, float(logp), float(value), int(version)))
         return closed
 
-    def end_step(self, reward: float, terminated: bool, truncated: bool, final_vpred: float | None = None) -> None:
+    def end_step(self, reward: float, terminated: bool, truncated: bool, final_value: float | None = None) -> None:
         """Record the env's answer to the last action."""
         if not self._steps or self._steps[-1].complete:
             raise RuntimeError(f"{self.env_id}: end_step without a pending action")
@@ -76,7 +76,7 @@ class FragmentCutter:
         step = self._steps[-1]
         step.reward, step.terminated, step.truncated = float(reward), bool(terminated), bool(truncated)
         if truncated:
-            step.final_vpred = step.vpred if final_vpred is None else float(final_vpred)
+            step.final_value = step.value if final_value is None else float(final_value)
         step.complete = True
 
     def drop(self) -> int:
@@ -101,9 +101,9 @@ class FragmentCutter:
             truncated=np.array([s.truncated for s in steps], dtype=np.bool_),
             first=np.array([s.first for s in steps], dtype=np.bool_),
             logp=np.array([s.logp for s in steps], dtype=np.float32),
-            vpred=np.array([s.vpred for s in steps], dtype=np.float32),
+            value=np.array([s.value for s in steps], dtype=np.float32),
             version=np.array([s.version for s in steps], dtype=np.int64),
-            final_vpred=np.array([s.final_vpred for s in steps], dtype=np.float32),
+            final_value=np.array([s.final_value for s in steps], dtype=np.float32),
             next_obs={k: np.asarray(v) for k, v in next_obs.items()},
             next_first=bool(next_first),
             state_in=self._state_in,

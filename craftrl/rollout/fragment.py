@@ -8,16 +8,16 @@ A fragment is ``L = fragment_length`` consecutive steps of one env slot. Time al
 * ``truncated[t]``   that env step cut the episode short (time limit, env restart): bootstrap;
 * ``first[t]``       ``o_t`` is the first observation of an episode (recurrent state was reset before it);
 * ``logp[t]``        log-probability of ``a_t`` under the behaviour policy that acted;
-* ``vpred[t]``       the behaviour policy's value estimate of ``o_t``, in return units (denormalised);
+* ``value[t]``       the behaviour policy's value estimate of ``o_t``, in return units (denormalised);
 * ``version[t]``     the policy version (trainer iteration count) whose weights chose ``a_t``.
 
 Why ``terminated`` and ``truncated`` are kept apart: GAE bootstraps through a truncation with the value of
 the observation the episode ended on, and through a termination with zero. Merging them (as MineStudio
 does) biases every time-limited task.
 
-``final_vpred[t]`` carries that bootstrap value for a truncation *inside* the fragment, because the
+``final_value[t]`` carries that bootstrap value for a truncation *inside* the fragment, because the
 observation the episode ended on is not stored (the next stored observation already belongs to the next
-episode). It is the behaviour policy's estimate of the final observation, or ``vpred[t]`` when the env
+episode). It is the behaviour policy's estimate of the final observation, or ``value[t]`` when the env
 crashed and no final observation exists; it is NaN wherever ``truncated[t]`` is False.
 
 ``next_obs`` is ``o_L``, the observation after the last step, with ``next_first`` telling whether it starts
@@ -55,9 +55,9 @@ class Fragment:
     truncated: np.ndarray
     first: np.ndarray
     logp: np.ndarray
-    vpred: np.ndarray
+    value: np.ndarray
     version: np.ndarray
-    final_vpred: np.ndarray
+    final_value: np.ndarray
     next_obs: dict[str, np.ndarray]
     next_first: bool
     state_in: Pytree
@@ -82,9 +82,9 @@ class Fragment:
             "truncated": (self.truncated, np.bool_),
             "first": (self.first, np.bool_),
             "logp": (self.logp, np.float32),
-            "vpred": (self.vpred, np.float32),
+            "value": (self.value, np.float32),
             "version": (self.version, np.int64),
-            "final_vpred": (self.final_vpred, np.float32),
+            "final_value": (self.final_value, np.float32),
         }
         for name, (array, dtype) in per_step.items():
             if not isinstance(array, np.ndarray) or array.shape != (length,):
@@ -113,13 +113,13 @@ class Fragment:
         total = 0
         for value in (self.obs, self.action, self.next_obs, self.state_in):
             total += sum(a.nbytes for _, a in _leaves("", value))
-        for array in (self.reward, self.terminated, self.truncated, self.first, self.logp, self.vpred,
-                      self.version, self.final_vpred):
+        for array in (self.reward, self.terminated, self.truncated, self.first, self.logp, self.value,
+                      self.version, self.final_value):
             total += array.nbytes
         return total
 
 
-# reward, terminated, truncated, first, logp, vpred, version, final_vpred: float32, 3 bools, 2 x float32, int64, float32
+# reward, terminated, truncated, first, logp, value, version, final_value: float32, 3 bools, 2 x float32, int64, float32
 STEP_SCALAR_BYTES = 4 + 1 + 1 + 1 + 4 + 4 + 8 + 4
 
 

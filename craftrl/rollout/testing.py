@@ -1,7 +1,7 @@
 """A transparent recurrent policy for testing rollout and training plumbing without learning anything.
 
 ``CountingPolicy``'s recurrent state counts the steps since the episode started (reset by ``first``), and
-its value prediction *is* that count, so a test can read from a fragment's ``vpred`` whether the state
+its value prediction *is* that count, so a test can read from a fragment's ``value`` whether the state
 was carried and reset at exactly the right steps. Its action distribution is a learnable 2-way softmax.
 """
 

@@ -57,7 +57,7 @@ class WeightsUpdate:
 class _EnvTrack:
     cutter: FragmentCutter
     state: Any
-    last_vpred: float = 0.0
+    last_value: float = 0.0
     discounted: float = 0.0
     discount_power: float = 1.0
     pending_action: bool = False  # an action was sent and its result is outstanding
@@ -308,11 +308,11 @@ class RolloutLoop:
                                   merge_states(states_in), first)
         actions = action_rows(out.action, len(group))
         logp = out.logp[:, 0].cpu().numpy()
-        vpred = out.vpred[:, 0].cpu().numpy()
+        values = out.value[:, 0].cpu().numpy()
         states_out = split_state(out.state_out, len(group))
         fragments = []
         for i, (result, track) in enumerate(zip(group, tracks)):
-            closed = track.cutter.begin_step(result.obs, result.first, actions[i], logp[i], vpred[i], self.version,
+            closed = track.cutter.begin_step(result.obs, result.first, actions[i], logp[i], values[i], self.version,
                                              state_in=lambda s=states_in[i]: state_to_numpy(s))
             if closed is not None:
                 fragments.append(closed)

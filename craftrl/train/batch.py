@@ -26,8 +26,8 @@ class Batch:
     old_values: torch.Tensor | None = None  # [B, L], return units
     proximal_logp: torch.Tensor | None = None  # [B, L]: log-prob under the learner's weights at iteration start
     reference_state_in: Any = None  # the KL reference's state, when it differs from ``state_in``
-    window_states: list | None = None  # with ``minibatch_window``: the state at each window start
-    reference_window_states: list | None = None
+    sequence_states: list | None = None  # with ``minibatch_sequence_length``: the state at each sequence start
+    reference_sequence_states: list | None = None
 
     @property
     def length(self) -> int:
@@ -62,21 +62,21 @@ def _concat_rows(trees: Sequence[Any]) -> Any:
     return None if trees[0] is None else merge_states(list(trees))
 
 
-def cut_sequences(batches: Sequence[Batch], window: int) -> Batch:
-    """Every fragment cut into ``window``-step sequences, all of them rows of one Batch.
+def cut_sequences(batches: Sequence[Batch], sequence_length: int) -> Batch:
+    """Every fragment cut into ``sequence_length``-step sequences, all of them rows of one Batch.
 
     Each sequence starts from the state ``evaluate`` recorded at its first step, so minibatches can mix
-    sequences of any fragments and times (``minibatch_window``).
+    sequences of any fragments and times (``minibatch_sequence_length``).
     """
     parts = []
     for batch in batches:
-        for number, start in enumerate(range(0, batch.length, window)):
-            end = start + window
-            reference_states = batch.reference_window_states
+        for number, start in enumerate(range(0, batch.length, sequence_length)):
+            end = start + sequence_length
+            reference_states = batch.reference_sequence_states
             parts.append(Batch(
                 fragments=[], obs=slice_time(batch.obs, start, end), first=batch.first[:, start:end],
                 action=slice_time(batch.action, start, end), behaviour_logp=batch.behaviour_logp[:, start:end],
-                state_in=batch.window_states[number], rows=batch.rows,
+                state_in=batch.sequence_states[number], rows=batch.rows,
                 advantages=batch.advantages[:, start:end], returns=batch.returns[:, start:end],
                 old_values=batch.old_values[:, start:end], proximal_logp=batch.proximal_logp[:, start:end],
                 reference_state_in=reference_states[number] if reference_states else None))

@@ -132,24 +132,24 @@ class PPOLearner:
     @torch.no_grad()
     def evaluate(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         """Values (return units) of all L+1 observations and log-probs of the L actions, with the weights at
-        the start of the iteration, from the stored state carried across windows.
+        the start of the iteration, from the stored state carried across slices.
 
-        With ``minibatch_window`` it also records on ``batch`` the state at the start of every window of that
-        many steps (and the KL reference's, when there is one): where the shuffled sequences start."""
+        With ``minibatch_sequence_length`` it also records on ``batch`` the state at the start of every sequence
+        of that many steps (and the KL reference's, when there is one): where the shuffled sequences start."""
         cfg = self.config
-        record = cfg.minibatch_window > 0
+        record = cfg.minibatch_sequence_length > 0
         with_reference = record and self.reference is not None and self.rho > 0
         state = reference_state = batch.state_in
         values, logps = [], []
-        batch.window_states, batch.reference_window_states = ([], []) if record else (None, None)
+        batch.sequence_states, batch.reference_sequence_states = ([], []) if record else (None, None)
         length = batch.length
-        step = cfg.minibatch_window if record else cfg.context_length
+        step = cfg.minibatch_sequence_length if record else cfg.context_length
         for start in range(0, length + 1, step):
             end = min(start + step, length + 1)
             if record and start < length:
-                batch.window_states.append(state)
+                batch.sequence_states.append(state)
                 if with_reference:
-                    batch.reference_window_states.append(reference_state)
+                    batch.reference_sequence_states.append(reference_state)
                     _, reference_state = self.reference(input=slice_time(batch.obs, start, end),
                                                         state_in=reference_state, first=batch.first[:, start:end])
             with self._autocast():
@@ -176,10 +176,10 @@ class PPOLearner:
             batch.proximal_logp = logp
         values = torch.cat([v for v, _ in evaluated]).cpu().numpy()  # [N, L+1]
         stacked = {name: np.stack([getattr(f, name) for f in fragments])
-                   for name in ("reward", "terminated", "truncated", "final_vpred")}
+                   for name in ("reward", "terminated", "truncated", "final_value")}
         succ = self._successors = successors([f.env_id for f in fragments], [f.index for f in fragments])
         advantages, returns = compute_gae(stacked["reward"], values[:, :-1], stacked["terminated"],
-                                          stacked["truncated"], stacked["final_vpred"], values[:, -1], succ,
+                                          stacked["truncated"], stacked["final_value"], values[:, -1], succ,
                                           cfg.discount, cfg.gae_lambda)
         advantages_t = torch.from_numpy(advantages).to(self.device)
         returns_t = torch.from_numpy(returns).to(self.device)
@@ -211,7 +211,7 @@ class PPOLearner:
 
     def epoch_batches(self, batches: list[Batch], sequences: Batch | None,
                       generator: torch.Generator) -> list[Batch]:
-        """One epoch's minibatches: the fragment batches in a new order, or -- with ``minibatch_window`` -- as
+        """One epoch's minibatches: the fragment batches in a new order, or -- with ``minibatch_sequence_length`` -- as
         many minibatches of sequences drawn afresh from all fragments."""
         order = torch.randperm(len(batches), generator=generator)
         if sequences is None:
@@ -225,7 +225,7 @@ class PPOLearner:
         sums: dict[str, float] = {}
         count = 0
         grad_norms, skipped = [], 0
-        sequences = cut_sequences(batches, cfg.minibatch_window) if cfg.minibatch_window else None
+        sequences = cut_sequences(batches, cfg.minibatch_sequence_length) if cfg.minibatch_sequence_length else None
         whole = None
         if iteration < cfg.whole_batch_iterations and len(batches) > 1:
             whole = sequences if sequences is not None else merge_batches(batches)

@@ -90,8 +90,8 @@ BAD_CONFIGS = [
     (_with("logger_config.wandb_mode", "sometimes"), "logger_config.wandb_mode: expected one of 'auto'"),
     (_with("worker_config_typo", {}), "worker_config_typo: unknown key"),
     (_with("rollout_config.worker_config.step_timeout", 0), "step_timeout: expected > 0, got 0"),
-    (_with("train_config.minibatch_window", 5),
-     "train_config.minibatch_window: expected a divisor of rollout_config.fragment_length (256), got 5"),
+    (_with("train_config.minibatch_sequence_length", 5),
+     "train_config.minibatch_sequence_length: expected a divisor of rollout_config.fragment_length (256), got 5"),
 ]
 
 

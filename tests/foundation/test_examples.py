@@ -61,7 +61,7 @@ def test_crafter_score_config_is_the_default_on_the_full_game():
     assert loaded.online.train_config.learning_rate == 5e-4
     assert loaded.online.train_config.num_iterations * 1024 >= 1_000_000
     assert (loaded.online.train_config.batch_size_per_gpu, loaded.online.train_config.batches_per_iteration) == (2, 8)
-    assert (loaded.online.train_config.minibatch_window, loaded.online.train_config.whole_batch_iterations) == (0, 0)
+    assert (loaded.online.train_config.minibatch_sequence_length, loaded.online.train_config.whole_batch_iterations) == (0, 0)
     assert not loaded.online.train_config.cpu_bf16 and loaded.online.train_config.target_kl is None
     assert type(loaded.policy_generator().encoder).__name__ == "NatureEncoder"
     env = loaded.env_generator()

@@ -200,7 +200,7 @@ def test_act_returns_consistent_logp_and_denormalised_value(impala_policy):
         assert result.action.shape == (BATCH, TIME) and result.action.dtype == torch.long
         expected = policy.pi_head.logprob(result.action, result.latents["pi_logits"])
         assert torch.equal(result.logp, expected)
-        torch.testing.assert_close(result.vpred, result.latents["vpred"] * 2.0 + 5.0)
+        torch.testing.assert_close(result.value, result.latents["vpred"] * 2.0 + 5.0)
     finally:
         policy.value_head.normalizer.reset()
 

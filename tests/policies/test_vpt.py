@@ -279,5 +279,5 @@ def test_vpt_tiny_default_size_and_output_shapes():
     with torch.no_grad():
         result = policy.act(obs, policy.initial_state(2), torch.ones(2, 1, dtype=torch.bool))
     assert result.action["buttons"].shape == (2, 1, 1) and result.logp.shape == (2, 1)
-    assert result.latents["pi_logits"]["buttons"].shape == (2, 1, 1, 8641) and result.vpred.shape == (2, 1)
+    assert result.latents["pi_logits"]["buttons"].shape == (2, 1, 1, 8641) and result.value.shape == (2, 1)
     assert len(result.state_out) == 3 * 2 and result.state_out[0].dtype == torch.bool

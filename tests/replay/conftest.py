@@ -12,8 +12,8 @@ def build_fragment(env_id: str = "w0/e0", index: int = 0, length: int = 8, versi
     rng = np.random.default_rng(seed)
     truncated = np.zeros(length, bool)
     truncated[length // 2] = True
-    final_vpred = np.full(length, np.nan, np.float32)
-    final_vpred[length // 2] = rng.normal()
+    final_value = np.full(length, np.nan, np.float32)
+    final_value[length // 2] = rng.normal()
     fragment = Fragment(
         env_id=env_id,
         index=index,
@@ -26,9 +26,9 @@ def build_fragment(env_id: str = "w0/e0", index: int = 0, length: int = 8, versi
         truncated=truncated,
         first=np.eye(1, length, 0, dtype=bool)[0],
         logp=rng.normal(size=length).astype(np.float32),
-        vpred=rng.normal(size=length).astype(np.float32),
+        value=rng.normal(size=length).astype(np.float32),
         version=np.full(length, version, np.int64) + (np.arange(length) >= length - 2),
-        final_vpred=final_vpred,
+        final_value=final_value,
         next_obs={"image": rng.integers(0, 256, (1, image_size, image_size, 3), dtype=np.uint8),
                   "inventory": rng.integers(0, 9, (1, 16)).astype(np.int32)},
         next_first=True,

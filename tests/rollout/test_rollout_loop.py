@@ -63,7 +63,7 @@ def test_fragment_fields_line_up_with_the_scripted_env(num_envs, batch_size, env
         assert not np.concatenate([f.truncated for f in chain]).any()
         np.testing.assert_array_equal(np.concatenate([f.reward for f in chain]), 1.0)
         # the counting policy's value is the steps since the episode began: state carried and reset right
-        np.testing.assert_array_equal(np.concatenate([f.vpred for f in chain]), t)
+        np.testing.assert_array_equal(np.concatenate([f.value for f in chain]), t)
         for f, following in zip(chain, chain[1:]):
             assert f.next_obs["t"] == following.obs["t"][0]
             assert f.next_first == following.first[0]
@@ -71,7 +71,7 @@ def test_fragment_fields_line_up_with_the_scripted_env(num_envs, batch_size, env
             f.validate()
             assert f.state_in.shape == (1, 1)
             # stored state_in is the state that entered step 0 (the count of the previous step)
-            expected = 0 if f.index == 0 else chain[f.index - 1].vpred[-1] + 1
+            expected = 0 if f.index == 0 else chain[f.index - 1].value[-1] + 1
             assert f.state_in[0, 0] == expected
             np.testing.assert_allclose(f.logp, np.log(0.5), rtol=1e-6)
             assert (f.version == -1).all()
@@ -100,11 +100,11 @@ def test_envs_of_different_speeds_act_in_groups_of_whoever_answered_and_every_fr
         steps_in_episode = np.arange(len(t)) - starts[np.searchsorted(starts, np.arange(len(t)), side="right") - 1]
         np.testing.assert_array_equal(t, steps_in_episode)  # no step lost, repeated or taken from another env
         np.testing.assert_array_equal(truncated[:-1], first[1:])  # each episode ends right before the next
-        np.testing.assert_array_equal(np.concatenate([f.vpred for f in chain]), t)
+        np.testing.assert_array_equal(np.concatenate([f.value for f in chain]), t)
         for f in chain:
             f.validate()
             # the state that entered step 0 (the policy itself resets it where first is set)
-            assert f.state_in[0, 0] == (0 if f.index == 0 else chain[f.index - 1].vpred[-1] + 1)
+            assert f.state_in[0, 0] == (0 if f.index == 0 else chain[f.index - 1].value[-1] + 1)
             np.testing.assert_allclose(f.logp, np.log(0.5), rtol=1e-6)
     assert len(episodes) >= 8 and {e.length for e in episodes} <= set(range(3, 10))
 
@@ -130,8 +130,8 @@ def test_truncation_is_kept_apart_and_bootstrapped_with_the_final_observation_va
     np.testing.assert_array_equal(f.truncated, [False, False, True, False, False, True])
     assert not f.terminated.any()
     # the final observation (t=3) comes after 3 counted steps: value 3 from the carried state
-    np.testing.assert_array_equal(f.final_vpred[[2, 5]], [3.0, 3.0])
-    assert np.isnan(f.final_vpred[[0, 1, 3, 4]]).all()
+    np.testing.assert_array_equal(f.final_value[[2, 5]], [3.0, 3.0])
+    assert np.isnan(f.final_value[[0, 1, 3, 4]]).all()
 
 
 def test_new_weights_apply_between_forward_passes_and_are_stamped():
@@ -163,7 +163,7 @@ def test_env_restart_closes_the_episode_as_truncated():
     assert steps[2], "the step whose env raised must close the episode as truncated"
     assert stats["restarts"] >= 1
     assert episodes[0].env_restarted
-    assert fragments[0].final_vpred[2] == fragments[0].vpred[2]  # no final obs: fall back to V(o_t)
+    assert fragments[0].final_value[2] == fragments[0].value[2]  # no final obs: fall back to V(o_t)
 
 
 def test_cutter_refuses_out_of_order_events():

@@ -27,7 +27,7 @@ def train_config(**overrides):
     base = {"learning_rate": 0.01, "batch_size_per_gpu": 4, "context_length": 4, "epochs_per_iteration": 2,
             "entropy_bonus_coef": 0.0, "max_grad_norm": 1.0, "discount": 0.9}
     base.update(overrides)
-    # fragments here are 6-10 steps; the rollout's fragment length only matters to the minibatch_window check
+    # fragments here are 6-10 steps; the rollout's fragment length only matters to the minibatch_sequence_length check
     return build_config({"train_config": base, "rollout_config": {"fragment_length": 30}}).train_config
 
 
@@ -37,12 +37,12 @@ def action_one_probability(policy) -> float:
     return float(latents["pi_logits"].exp()[..., 1].mean())
 
 
-@pytest.mark.parametrize("minibatch_window", [0, 1, 5])
-def test_ppo_learns_the_rewarding_action(minibatch_window):
+@pytest.mark.parametrize("minibatch_sequence_length", [0, 1, 5])
+def test_ppo_learns_the_rewarding_action(minibatch_sequence_length):
     torch.manual_seed(0)
     rng = np.random.default_rng(0)
     policy = mlp_policy_generator(obs_dim=4, num_actions=2)
-    config = train_config(minibatch_window=minibatch_window)
+    config = train_config(minibatch_sequence_length=minibatch_sequence_length)
     learner = PPOLearner(policy, config, torch.device("cpu"))
     before = action_one_probability(policy)
     generator = torch.Generator().manual_seed(0)
@@ -71,16 +71,16 @@ def _weights_after_iterations(iterations: int, **overrides) -> tuple[torch.Tenso
     return torch.cat([p.detach().reshape(-1) for p in policy.parameters()]), steps
 
 
-@pytest.mark.parametrize("minibatch_window", [0, 5])
-def test_whole_batch_iterations_take_one_step_per_epoch_over_all_the_data(minibatch_window):
+@pytest.mark.parametrize("minibatch_sequence_length", [0, 5])
+def test_whole_batch_iterations_take_one_step_per_epoch_over_all_the_data(minibatch_sequence_length):
     """8 fragments in batches of 4: a whole-batch iteration is 1 optimiser step per epoch, and trains exactly as
     one batch of all 8 fragments does; after it, 2 minibatches per epoch again."""
-    whole, _ = _weights_after_iterations(1, whole_batch_iterations=1, minibatch_window=minibatch_window)
-    one_batch, _ = _weights_after_iterations(1, batch_size_per_gpu=8, minibatch_window=minibatch_window)
-    split, _ = _weights_after_iterations(1, minibatch_window=minibatch_window)
+    whole, _ = _weights_after_iterations(1, whole_batch_iterations=1, minibatch_sequence_length=minibatch_sequence_length)
+    one_batch, _ = _weights_after_iterations(1, batch_size_per_gpu=8, minibatch_sequence_length=minibatch_sequence_length)
+    split, _ = _weights_after_iterations(1, minibatch_sequence_length=minibatch_sequence_length)
     assert mismatch_ulps(whole, one_batch) <= REORDERING_ULPS
     assert mismatch_ulps(whole, split) > REORDERING_ULPS
-    _, steps = _weights_after_iterations(2, whole_batch_iterations=1, minibatch_window=minibatch_window)
+    _, steps = _weights_after_iterations(2, whole_batch_iterations=1, minibatch_sequence_length=minibatch_sequence_length)
     assert steps == [2, 2 + 2 * 2]  # 2 epochs: 1 step each, then 2 minibatches each
 
 
@@ -147,7 +147,7 @@ def test_an_iteration_on_cuda_computes_what_the_cpu_computes():
     policy = default_policy_generator(num_actions=3, image_shape=(64, 64, 3), hidden_size=32, channels=(8, 8, 8))
     rng = np.random.default_rng(3)
     fragments = bandit_fragments(policy, 4, 6, rng, obs_fn=random_images(rng), episode_length=4)
-    config = train_config(batch_size_per_gpu=2, epochs_per_iteration=1, learning_rate=1e-9, minibatch_window=3)
+    config = train_config(batch_size_per_gpu=2, epochs_per_iteration=1, learning_rate=1e-9, minibatch_sequence_length=3)
     tf32 = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
     torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
     try:
@@ -245,15 +245,15 @@ def test_nan_in_the_data_skips_the_step_and_leaves_weights_untouched():
             torch.testing.assert_close(value, before[name], msg=name)
 
 
-@pytest.mark.parametrize("minibatch_window", [0, 2, 3])
-def test_recurrent_policy_trains_on_image_fragments_with_windows(minibatch_window):
+@pytest.mark.parametrize("minibatch_sequence_length", [0, 2, 3])
+def test_recurrent_policy_trains_on_image_fragments_with_windows(minibatch_sequence_length):
     torch.manual_seed(3)
     policy = default_policy_generator(num_actions=3, image_shape=(64, 64, 3), hidden_size=32, channels=(8, 8, 8))
     rng = np.random.default_rng(3)
     frag = bandit_fragments(policy, 2, 6, rng, obs_fn=random_images(rng),
                             episode_length=4)
     learner = PPOLearner(policy, train_config(batch_size_per_gpu=2, context_length=4, epochs_per_iteration=1,
-                                              kl_divergence_coef_rho=0.1, minibatch_window=minibatch_window),
+                                              kl_divergence_coef_rho=0.1, minibatch_sequence_length=minibatch_sequence_length),
                          torch.device("cpu"), reference=PPOLearner.make_reference(policy))
     before = [p.clone() for p in policy.parameters()]
     metrics = learner.iteration(frag, 0, 0, torch.Generator().manual_seed(0))
@@ -272,7 +272,7 @@ def test_sequence_minibatches_cover_every_step_once_per_epoch_and_mix_fragments(
     rng = np.random.default_rng(6)
     fragments = bandit_fragments(policy, 8, 6, rng, episode_length=4,
                                  obs_fn=random_images(rng))
-    learner = PPOLearner(policy, train_config(batch_size_per_gpu=2, minibatch_window=2), torch.device("cpu"))
+    learner = PPOLearner(policy, train_config(batch_size_per_gpu=2, minibatch_sequence_length=2), torch.device("cpu"))
     batches = learner.prepare(fragments)
     sequences = cut_sequences(batches, 2)
     assert len(sequences.rows) == 8 * 3 and sequences.obs["image"].shape[:2] == (24, 2)

@@ -36,7 +36,7 @@ def bandit_fragments(policy, num_envs: int, length: int, rng: np.random.Generato
         for i, cutter in enumerate(cutters):
             action = tree_map(lambda a: a[i], actions)
             closed = cutter.begin_step(observations[i], bool(first[i]), action, float(out.logp[i, 0]),
-                                       float(out.vpred[i, 0]), version, lambda s=states_in[i]: state_to_numpy(s))
+                                       float(out.value[i, 0]), version, lambda s=states_in[i]: state_to_numpy(s))
             if closed is not None:
                 fragments.append(closed)
                 continue
