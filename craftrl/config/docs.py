@@ -32,7 +32,7 @@ Relative paths (`train_config.save_path`, `rollout_config.worker_config.video_ou
 | `train_config.record_video_interval` | 0 disables | 0 raises ZeroDivisionError | `None` or `0` disable videos |
 | `train_config.num_workers` | "0 or 1 for a single trainer" | 0 builds a broken ScalingConfig | `0` trains in the driver (Ray Train local mode); `n >= 1` starts `n` DDP workers |
 | `rollout_config.to_send_queue_size` | default 1 | no default, <= 0 is unbounded | default 1, must be >= 1 (never unbounded) |
-| `train_config.enable_ref_update` | documented | no effect | only `False`; the KL reference is the initial policy |
+| `train_config.enable_ref_update` | documented | no effect | the KL reference moves towards the policy by `ref_update_rate` (an exponential moving average) after every iteration |
 | `train_config.fix_decoder` | in the quick start | swallowed, no effect | accepted as `False` only |
 | `train_config.use_amp` | undocumented | required, crashes when missing | optional, default `False`; autocast on CUDA only |
 | `episode_statistics_config` | "usually {}" | must be {} | has `moving_window` |
@@ -40,7 +40,7 @@ Relative paths (`train_config.save_path`, `rollout_config.worker_config.video_ou
 
 Keys craftrl adds: `seed`, `output_root`, `worker_config.step_timeout`, `worker_config.reset_timeout`,
 `episode_statistics_config.moving_window`, `replay_buffer_config.read_grace_samples`,
-`database_config.{max_fragment_bytes, compression_level}`, `train_config.num_cpus_per_worker`, `train_config.use_amp`,
+`database_config.{max_fragment_bytes, compression_level}`, `train_config.num_cpus_per_worker`, `train_config.use_amp`, `train_config.ref_update_rate`,
 `logger_config.{entity, wandb_mode, console_interval}`, and the `ray_config` section.
 """
 

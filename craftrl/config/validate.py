@@ -185,6 +185,9 @@ def cross_field_problems(config: OnlineConfig) -> list[str]:
             f"train_config.minibatch_sequence_length: expected a divisor of rollout_config.fragment_length "
             f"({fragment_length}), got {train.minibatch_sequence_length}; fragments are cut into equal sequences"
         )
+    if train.enable_ref_update and train.kl_divergence_coef_rho == 0:
+        problems.append("train_config.enable_ref_update: needs kl_divergence_coef_rho > 0, got 0; without the KL "
+                        "term there is no reference policy to update")
     if train.resume == "":
         problems.append("train_config.resume: expected a checkpoint path, 'latest' or null, got ''")
     buffer = config.rollout_config.replay_buffer_config

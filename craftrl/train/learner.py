@@ -13,13 +13,13 @@ The iteration, top to bottom:
    one), truncated BPTT over ``context_length`` slices with the state carried (detached), loss = policy +
    value + KL-to-reference - entropy, gradients accumulated over ``gradient_accumulation`` batches, a NaN/inf
    check agreed by all ranks *before* each optimiser step; with ``target_kl``, the passes end early once the
-   policy has moved past 1.5x that KL from where the iteration started.
+   policy has moved past 1.5x that KL from where the iteration started;
+6. with ``enable_ref_update``, move the KL reference ``ref_update_rate`` of the way to the policy.
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
 import logging
 import math
 from typing import Sequence
@@ -35,6 +35,7 @@ from craftrl.train.distributed import all_reduce, all_reduce_max, rank_mean
 from craftrl.train.gae import compute_gae, successors
 from craftrl.train.losses import (advantage_moments, clipped_policy_loss, explained_variance_from_sums,
                                   masked_mean, normalize_advantages, value_loss)
+from craftrl.train.reference import move_towards
 from craftrl.utils.hardware import NATIVE_BF16_FLAGS, native_cpu_bf16_flags
 
 logger = logging.getLogger(__name__)
@@ -104,13 +105,6 @@ class PPOLearner:
         for group in self.optimizer.param_groups:
             group["fused"] = self.optimizer.defaults["fused"]
             group["foreach"] = self.optimizer.defaults["foreach"]
-
-    @staticmethod
-    def make_reference(policy: torch.nn.Module) -> torch.nn.Module:
-        reference = copy.deepcopy(policy).eval()
-        for parameter in reference.parameters():
-            parameter.requires_grad_(False)
-        return reference
 
     def set_learning_rate(self, iteration: int) -> float:
         lr = self.config.learning_rate
@@ -392,6 +386,8 @@ class PPOLearner:
         self.model.train()
         batches = self.prepare(fragments)
         metrics = self.train_epochs(batches, iteration, generator)
+        if self.config.enable_ref_update and self.reference is not None and iteration >= self.config.vf_warmup:
+            move_towards(self.reference, self.policy, self.config.ref_update_rate)
         metrics.update(self._data_metrics(batches, fragments, version))
         metrics.update({"ppo/learning_rate": lr, "ppo/rho": self.rho,
                         "ppo/skipped_steps_total": float(self.skipped_steps)})

@@ -29,6 +29,7 @@ from craftrl.train.checkpoint import TrainingState, restore_rng_state
 from craftrl.train.home_checkpoints import HomeCheckpoints
 from craftrl.train.distributed import all_reduce_min, distributed
 from craftrl.train.learner import PPOLearner, zero_value_output
+from craftrl.train.reference import make_reference
 from craftrl.weights import WeightPublisher
 
 logger = logging.getLogger(__name__)
@@ -86,7 +87,7 @@ class _Run:
             torch.set_num_threads(int(train.num_cpus_per_worker))
         torch.manual_seed(self.online.seed)  # identical initial weights on every rank
         policy: torch.nn.Module = loop_config["policy_generator"]().to(self.device)
-        reference = PPOLearner.make_reference(policy) if train.kl_divergence_coef_rho > 0 else None
+        reference = make_reference(policy) if train.kl_divergence_coef_rho > 0 else None
         self.state = TrainingState(rho=train.kl_divergence_coef_rho)
         self.checkpoints = HomeCheckpoints(train.save_path, loop_config.get("home_node"), train.keep_interval,
                                            KEEP_LAST_CHECKPOINTS)
@@ -134,8 +135,8 @@ class _Run:
             return False
         path, self._payload = self.checkpoints.load(self.train.resume, map_location=self.device)
         policy.load_state_dict(self._payload["model"])
-        if reference is not None and self._payload.get("reference") is not None:
-            reference.load_state_dict(self._payload["reference"])
+        if reference is not None:  # the saved reference, or the resumed policy when the run had none
+            reference.load_state_dict(self._payload.get("reference") or self._payload["model"])
         self.state = self._payload["training"]
         restore_rng_state(self._payload["rng"])
         logger.info("resumed from %s at iteration %d (version %d)", path, self.state.iteration, self.state.version)

@@ -76,7 +76,10 @@ BAD_CONFIGS = [
     (_with("train_config.discount", 1.5), "train_config.discount: expected a value in [0.0, 1.0], got 1.5"),
     (_with("train_config.gae_lambda", -0.1), "gae_lambda: expected a value in [0.0, 1.0], got -0.1"),
     (_with("trainer_name", "DQNTrainer"), "trainer_name: expected one of 'PPOTrainer', got 'DQNTrainer'"),
-    (_with("train_config.enable_ref_update", True), "enable_ref_update: expected one of False, got True"),
+    ({"train_config": {"enable_ref_update": True}},
+     "train_config.enable_ref_update: needs kl_divergence_coef_rho > 0, got 0; without the KL term there is no "
+     "reference policy to update"),
+    (_with("train_config.ref_update_rate", 1.5), "train_config.ref_update_rate: expected a value in [0.0, 1.0], got 1.5"),
     (_with("train_config.keep_interval", 25), "keep_interval: expected a multiple of save_interval (10), got 25"),
     (_with("train_config.vf_warmup", 4000), "vf_warmup: expected < num_iterations (4000), got 4000"),
     (_with("rollout_config.to_send_queue_size", 0), "to_send_queue_size: expected >= 1, got 0"),

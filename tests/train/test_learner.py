@@ -13,7 +13,9 @@ from craftrl.policies import default_policy_generator, mlp_policy_generator
 from craftrl.policies.checks import REORDERING_ULPS, mismatch_ulps
 from craftrl.train.checkpoint import (TrainingState, apply_retention, checkpoints_to_delete, list_checkpoints,
                                       load_checkpoint, resolve_resume, save_checkpoint)
-from craftrl.train.learner import PPOLearner, cut_sequences
+from craftrl.train.batch import cut_sequences
+from craftrl.train.learner import PPOLearner
+from craftrl.train.reference import make_reference, move_towards
 from train_fragments import bandit_fragments, random_images
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
@@ -245,16 +247,64 @@ def test_nan_in_the_data_skips_the_step_and_leaves_weights_untouched():
             torch.testing.assert_close(value, before[name], msg=name)
 
 
+def _flat(module: torch.nn.Module) -> torch.Tensor:
+    return torch.cat([p.detach().reshape(-1) for p in module.parameters()])
+
+
+@pytest.mark.parametrize("rate", [0.0, 0.5, 1.0])
+def test_enable_ref_update_moves_the_reference_by_its_rate_after_each_iteration(rate):
+    """Rate 0 leaves the reference at the initial policy, rate 1 makes it the policy at the iteration's end, and
+    0.5 takes it half-way, iteration after iteration; the KL term then sees the moved reference."""
+    torch.manual_seed(6)
+    rng = np.random.default_rng(6)
+    policy = mlp_policy_generator(obs_dim=4, num_actions=2)
+    reference = make_reference(policy)
+    config = train_config(kl_divergence_coef_rho=0.5, enable_ref_update=True, ref_update_rate=rate)
+    learner = PPOLearner(policy, config, torch.device("cpu"), reference=reference)
+    expected = make_reference(policy)
+    initial = _flat(policy)
+    kls = []
+    for iteration in range(3):
+        fragments = bandit_fragments(policy, num_envs=8, length=10, rng=rng, version=iteration)
+        kls.append(learner.iteration(fragments, iteration, iteration, torch.Generator().manual_seed(0))
+                   ["loss/kl_reference"])
+        assert not torch.equal(_flat(policy), initial), "the policy trained"
+        expected_flat = _flat(expected).lerp(_flat(policy), rate)
+        torch.nn.utils.vector_to_parameters(expected_flat, expected.parameters())
+        torch.testing.assert_close(_flat(reference), expected_flat, rtol=0, atol=0)
+    if rate == 0.0:
+        assert torch.equal(_flat(reference), initial)
+    if rate == 1.0:
+        assert torch.equal(_flat(reference), _flat(policy))
+        assert kls[0] > 0 and kls[1] < kls[0], "each iteration starts at its reference: only one iteration's move"
+
+
+def test_move_towards_interpolates_float_tensors_and_copies_the_others():
+    def module(weight: float, count: int) -> torch.nn.Module:
+        layer = torch.nn.Linear(2, 1)
+        torch.nn.init.constant_(layer.weight, weight)
+        layer.register_buffer("scale", torch.tensor([weight]))
+        layer.register_buffer("count", torch.tensor([count]))
+        return layer
+
+    reference, policy = make_reference(module(1.0, 3)), module(5.0, 7)
+    move_towards(reference, policy, 0.25)
+    assert torch.equal(reference.weight, torch.full((1, 2), 2.0)) and torch.equal(reference.scale, torch.tensor([2.0]))
+    assert torch.equal(reference.count, torch.tensor([7]))
+    assert not reference.weight.requires_grad and policy.weight.requires_grad
+
+
 @pytest.mark.parametrize("minibatch_sequence_length", [0, 2, 3])
-def test_recurrent_policy_trains_on_image_fragments_with_windows(minibatch_sequence_length):
+def test_recurrent_policy_trains_on_image_fragments_in_sequences(minibatch_sequence_length):
     torch.manual_seed(3)
     policy = default_policy_generator(num_actions=3, image_shape=(64, 64, 3), hidden_size=32, channels=(8, 8, 8))
     rng = np.random.default_rng(3)
     frag = bandit_fragments(policy, 2, 6, rng, obs_fn=random_images(rng),
                             episode_length=4)
     learner = PPOLearner(policy, train_config(batch_size_per_gpu=2, context_length=4, epochs_per_iteration=1,
-                                              kl_divergence_coef_rho=0.1, minibatch_sequence_length=minibatch_sequence_length),
-                         torch.device("cpu"), reference=PPOLearner.make_reference(policy))
+                                              kl_divergence_coef_rho=0.1,
+                                              minibatch_sequence_length=minibatch_sequence_length),
+                         torch.device("cpu"), reference=make_reference(policy))
     before = [p.clone() for p in policy.parameters()]
     metrics = learner.iteration(frag, 0, 0, torch.Generator().manual_seed(0))
     # sequences cut at any step start from the recorded state, so they reproduce the behaviour too

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 from config_fixtures import tiny
 
 from craftrl.api import start_metrics_sink
@@ -61,13 +62,24 @@ def test_local_mode_trains_publishes_and_checkpoints(ray_session, tmp_path):
     assert status["rollout/workers_recreated"] == 0
 
 
-def test_resume_latest_continues_the_counters(ray_session, tmp_path):
-    """Also the in-process reading of the store (num_readers 0) that the default config uses."""
-    run(ray_session, tmp_path, tiny_config(tmp_path, num_iterations=2, num_readers=0))
+def test_resume_latest_continues_the_counters_and_the_moving_reference(ray_session, tmp_path):
+    """Also the in-process reading of the store (num_readers 0) that the default config uses, and a KL reference
+    that follows the policy (enable_ref_update): the resumed run moves on from the checkpoint's reference."""
+    moving_reference = {"num_readers": 0, "kl_divergence_coef_rho": 0.1, "enable_ref_update": True,
+                        "ref_update_rate": 0.5}
+    run(ray_session, tmp_path, tiny_config(tmp_path, num_iterations=2, **moving_reference))
     (tmp_path / "metrics.jsonl").unlink()
-    _, records = run(ray_session, tmp_path, tiny_config(tmp_path, num_iterations=4, resume="latest", num_readers=0))
+    _, records = run(ray_session, tmp_path, tiny_config(tmp_path, num_iterations=4, resume="latest",
+                                                        **moving_reference))
     assert [r["train/iteration"] for r in records] == [3.0, 4.0]
     assert [r["train/version"] for r in records] == [3.0, 4.0]
+    checkpoints = dict(list_checkpoints(tmp_path / "checkpoints"))
+    saved, resumed = load_checkpoint(checkpoints[2]), load_checkpoint(checkpoints[3])
+    for name, reference in resumed["reference"].items():
+        if reference.is_floating_point():  # half-way from iteration 2's reference to iteration 3's policy
+            expected = saved["reference"][name].lerp(resumed["model"][name], 0.5)
+            torch.testing.assert_close(reference, expected, rtol=0, atol=0, msg=name)
+    assert any(not torch.equal(saved["reference"][name], saved["model"][name]) for name in saved["model"])
 
 
 def test_two_ray_train_workers_run_ddp(ray_session, tmp_path):
