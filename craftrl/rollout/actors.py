@@ -40,7 +40,8 @@ from craftrl.config.validate import build_config
 from craftrl.rollout.fragment import Fragment
 from craftrl.rollout.video import video_filename, write_mp4_in_background
 from craftrl.rollout.worker import EpisodeRecord, RolloutLoop
-from craftrl.system import METRICS, current_node_id, find, restarted_by_ray
+from craftrl.rollout.sinks import ReplayBufferSink
+from craftrl.system import EPISODE_STATISTICS, METRICS, REPLAY_BUFFER, current_node_id, find, restarted_by_ray
 from craftrl.weights import NewestWeights
 
 logger = logging.getLogger(__name__)
@@ -218,14 +219,15 @@ class RolloutManager:
     """Body of the named rollout manager actor: creates, watches and feeds the rollout workers."""
 
     def __init__(self, env_generator: Callable[[], Any], policy_generator: Callable[[], Any],
-                 config: dict[str, Any], fragment_sink: Any, statistics: Any = None,
-                 health_interval: float = 2.0):
+                 config: dict[str, Any], fragment_sink: Any = None, health_interval: float = 2.0):
+        """``fragment_sink`` None: the run's replay buffer. It and the episode statistics are found by name, not
+        passed in: Ray cannot promise a restarted actor the actor handles its creation received (ray#53727)."""
         self.online = build_config(config)
         self.config = config
         self.env_generator = env_generator
         self.policy_generator = policy_generator
-        self.sink = fragment_sink
-        self.statistics = statistics
+        self.sink = fragment_sink if fragment_sink is not None else ReplayBufferSink(find(REPLAY_BUFFER))
+        self.statistics = find(EPISODE_STATISTICS)
         self.health_interval = health_interval
         self.workers: list[Any] = []
         self.recreated = 0

@@ -21,7 +21,6 @@ from craftrl.replay.actor import start_replay_buffer
 from craftrl.replay.config import buffer_settings_from
 from craftrl.rollout.actors import RolloutManager
 from craftrl.rollout.episode_stats import EpisodeStatistics
-from craftrl.rollout.sinks import ReplayBufferSink
 from craftrl.system import EPISODE_STATISTICS, REPLAY_BUFFER, ROLLOUT_MANAGER, find, on_home_node
 
 # A named actor that is not detached is destroyed when its creator drops the last handle, even while
@@ -118,7 +117,7 @@ def start_rollout_system(policy_generator: Callable[[], Any], env_generator: Cal
                                                        **restart, **home).remote(moving_window)
     manager = ray.remote(RolloutManager).options(name=ROLLOUT_MANAGER, num_cpus=0, max_concurrency=8,
                                                  lifetime=lifetime, **restart, **home).remote(
-        env_generator, policy_generator, config_to_dict(config), ReplayBufferSink(replay), statistics)
+        env_generator, policy_generator, config_to_dict(config))
     ray.get(manager.start.remote())
     handles = RolloutHandles(manager, replay, statistics)
     _LIVE.append(handles)

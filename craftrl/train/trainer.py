@@ -297,8 +297,16 @@ def run_trainer(policy_generator: Callable[[], Any], online_config: dict[str, An
     resources = {"CPU": train.num_cpus_per_worker, **(train.resources_per_worker or {})}
     if use_gpu:
         resources["GPU"] = train.num_gpus_per_worker
-    scaling = ScalingConfig(num_workers=train.num_workers, use_gpu=use_gpu,
-                            resources_per_worker=resources if train.num_workers > 0 else None)
+    # num_workers 0 is craftrl's documented local mode: Ray's INFO note that it is running in local mode is not
+    # something the user needs to act on, so it stays out of the console
+    ray_config_logger = logging.getLogger("ray.train.v2.api.config")
+    level = ray_config_logger.level
+    ray_config_logger.setLevel(logging.WARNING)
+    try:
+        scaling = ScalingConfig(num_workers=train.num_workers, use_gpu=use_gpu,
+                                resources_per_worker=resources if train.num_workers > 0 else None)
+    finally:
+        ray_config_logger.setLevel(level)
     from craftrl.system import current_node_id
 
     trainer = TorchTrainer(

@@ -17,6 +17,7 @@ from craftrl.rollout.actors import RolloutManager, RolloutWorker
 from craftrl.rollout.episode_stats import EpisodeStatistics
 from craftrl.rollout.sinks import ActorSink
 from craftrl.rollout.testing import CountingPolicy, counting_policy_generator
+from craftrl.system import EPISODE_STATISTICS
 
 pytestmark = pytest.mark.ray
 
@@ -88,11 +89,11 @@ def test_worker_backpressure_blocks_and_resumes_without_loss(ray_session, tmp_pa
 def test_manager_broadcasts_weights_recreates_dead_workers_and_records_video(ray_session, tmp_path):
     ray = ray_session
     sink = ray.remote(max_concurrency=4)(CollectingSink).remote()
-    statistics = ray.remote(EpisodeStatistics).remote(moving_window=50)
+    statistics = ray.remote(EpisodeStatistics).options(name=EPISODE_STATISTICS).remote(moving_window=50)
     config = online(tmp_path, num_rollout_workers=2)
     env = functools.partial(ScriptedEnv, episode_length=5)
     manager = ray.remote(max_concurrency=8)(RolloutManager).remote(env, counting_policy_generator, config,
-                                                                   ActorSink(sink), statistics, health_interval=0.5)
+                                                                   ActorSink(sink), health_interval=0.5)
     assert ray.get(manager.start.remote()) == 2
     wait_until(lambda: len(ray.get(sink.summary.remote())) >= 4)
 
@@ -125,3 +126,4 @@ def test_manager_broadcasts_weights_recreates_dead_workers_and_records_video(ray
     assert summary["episodes/return_mean"] == 5.0 and summary["episodes/length_mean"] == 5.0
     assert summary["episodes/discounted_return_mean"] == pytest.approx(sum(0.5 ** k for k in range(5)))
     ray.get(manager.shutdown.remote())
+    ray.kill(statistics)  # named: gone before the next test starts a run's own
