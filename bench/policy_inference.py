@@ -1,9 +1,10 @@
 """Benchmark: single-step batched CPU inference of the built-in policies (what a rollout worker does).
 
 Measures ``policy.act`` on a batch of 8 env slots, one time step per call, recurrent state carried, with
-torch limited to ``--threads`` intra-op threads (default 2: the CPU budget of a small rollout worker).
-Reports the median over repeats because the machine is shared. Appends a markdown section to
-bench/results/policy_inference.md (one per run, newest last); the last printed line is ``P0 policy_inference_fps=<default policy fps>``.
+torch limited to ``--threads`` intra-op threads (default 2: the CPU budget of a small rollout worker). The
+first row is the default config's policy; the others are the library's other built-ins. Reports the median
+over repeats, and rewrites bench/results/policy_inference.md; the last printed line is
+``P0 policy_inference_fps=<default config's policy, frames/s>``.
 
     .venv/bin/python bench/policy_inference.py [--threads 2] [--seconds 2] [--repeats 5]
 """
@@ -12,27 +13,25 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import platform
 import statistics
+import sys
 import time
 from pathlib import Path
 
 import torch
 
+from craftrl.configs import default as default_config
 from craftrl.policies import default_policy_generator, mlp_policy_generator
 
-RESULTS = Path(__file__).resolve().parent / "results" / "policy_inference.md"
-HEADER = """# Policy inference benchmark (bench/policy_inference.py)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine import describe_machine  # noqa: E402  (bench scripts share helpers by plain import)
 
-Batch-8 single-step `policy.act` on CPU, recurrent state carried. Target: default policy >= 1000 frames/s with
-2 torch threads on 2 cores. On a shared machine a 2-thread run collapses when another process holds a core
-(OpenMP threads wait on each other); check the load average of each run before reading its numbers.
-"""
+RESULTS = Path(__file__).resolve().parent / "results" / "policy_inference.md"
 
 
 def _candidates():
-    yield "default (Impala CNN + LSTM)", lambda: default_policy_generator(recurrent="lstm"), "image", (64, 64, 3)
-    yield "default (Impala CNN + GRU)", lambda: default_policy_generator(recurrent="gru"), "image", (64, 64, 3)
+    yield "default config (tile encoder 16/16 + LSTM 128)", default_config.policy_generator, "image", (64, 64, 3)
+    yield "default_policy_generator() (Impala CNN + LSTM)", default_policy_generator, "image", (64, 64, 3)
     yield "mlp (CartPole)", lambda: mlp_policy_generator(obs_dim=4, num_actions=2), "vector", (4,)
     try:
         from craftrl.policies.vpt import vpt_tiny
@@ -83,26 +82,21 @@ def main() -> None:
         print(f"{name:32s} params={params / 1e6:6.2f}M  median={median:8.0f} frames/s  "
               f"(min {min(rates):.0f}, max {max(rates):.0f})", flush=True)
 
-    command = "python bench/policy_inference.py " + " ".join(
+    command = ".venv/bin/python bench/policy_inference.py " + " ".join(
         f"--{k} {v}" for k, v in vars(args).items())
     lines = [
-        f"## Run {datetime.datetime.now().isoformat(timespec='minutes')}: CPU, single step, batch {args.batch}", "",
-        f"- command: `{command}`",
-        f"- date: {datetime.date.today().isoformat()}; torch {torch.__version__}; "
-        f"{platform.processor() or platform.machine()}; {os.cpu_count()} cores visible, "
-        f"torch threads {args.threads}; machine shared with other jobs (numbers are noisy, median of "
-        f"{args.repeats} x {args.seconds:g} s)",
-        f"- 1-min load average before/after: {load_before:.2f} / {os.getloadavg()[0]:.2f} "
-        f"(above ~{os.cpu_count() - 1} the run shared its cores with other jobs; read the max column then)",
-        "- target: default policy >= 1000 frames/s", "",
+        "## Policy inference on CPU (`bench/policy_inference.py`)", "",
+        f"`{command}`, {datetime.date.today().isoformat()}, {describe_machine()}, torch {torch.__version__}, "
+        f"{args.threads} torch threads; 1-minute load average {load_before:.2f} before, "
+        f"{os.getloadavg()[0]:.2f} after (above {os.cpu_count() - 1} the run shared its cores).", "",
+        f"`policy.act` on a batch of {args.batch} env slots, one step per call, recurrent state carried; median, "
+        f"min and max frames/s over {args.repeats} windows of {args.seconds:g} s. Target: the default config's "
+        "policy >= 1000 frames/s.", "",
         "| policy | params | median frames/s | min | max |", "|---|---|---|---|---|",
     ]
     lines += [f"| {n} | {p / 1e6:.2f} M | {m:.0f} | {lo:.0f} | {hi:.0f} |" for n, p, m, lo, hi in rows]
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    if not RESULTS.exists():
-        RESULTS.write_text(HEADER)
-    with RESULTS.open("a") as handle:
-        handle.write("\n" + "\n".join(lines) + "\n")
+    RESULTS.write_text("\n".join(lines) + "\n")
     print(f"P0 policy_inference_fps={p0:.1f}")
 
 
