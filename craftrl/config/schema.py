@@ -147,7 +147,7 @@ class TrainConfig:
     zero_initial_vf: bool = key(True, "Zero the value head's output layer at start so initial predictions are 0.")
     ppo_policy_coef: float = key(1.0, "Weight of the clipped policy loss.", NON_NEGATIVE)
     ppo_vf_coef: float = key(0.5, "Weight of the value loss.", NON_NEGATIVE)
-    kl_divergence_coef_rho: float = key(0.0, "Weight rho of KL(policy || reference policy), the reference being the initial policy.", NON_NEGATIVE)
+    kl_divergence_coef_rho: float = key(0.0, "Weight rho of KL(policy || reference policy); the reference is the initial policy, or with enable_ref_update a moving average of the policy.", NON_NEGATIVE)
     entropy_bonus_coef: float = key(0.01, "Weight of the entropy bonus.", NON_NEGATIVE)
     coef_rho_decay: float = key(0.9995, "rho is multiplied by this after every iteration.", between(0.0, 1.0))
     target_kl: Optional[float] = key(None, "Stop an iteration's epochs early once the mean KL between the learner's policy at the iteration's start and its current policy, measured on the next minibatch before its step, exceeds 1.5x this (Stable-Baselines3's target_kl). Bounds how far one iteration moves the policy, and skips the learner work that would go past it. None: always all epochs.", POSITIVE)

@@ -8,9 +8,9 @@ defaults (docs/config.md). Why each choice, in short (the measurements: bench/no
   size learned no faster per env step, and its inference and learner passes took CPU the envs needed.
 * **Updates**: 1024 env steps per iteration (32 fragments of 32 steps), 4 epochs, each fragment used once. The
   first 30 iterations take whole-batch steps, which find the first cows soonest while rewards are rare; then
-  16-step sequences shuffled into 8 minibatches, which keep the entropy up and climb past where whole-batch runs level off.
-  ``target_kl`` ends an iteration's epochs once the policy has moved far enough; lr 5e-4 suits the 32 small
-  steps an iteration then takes.
+  16-step sequences shuffled into 8 minibatches, which keep the entropy up and climb past where whole-batch
+  runs level off. ``target_kl`` ends an iteration's epochs once the policy has moved far enough; lr 5e-4 suits
+  the 32 small steps an iteration then takes.
 * **Learner precision**: bfloat16 where the CPU has native bf16 instructions (float32 elsewhere), which leaves
   more of 2 cores to the envs.
 * **Envs**: 16, acting in two groups of 8 so that inference on one overlaps stepping of the other;
