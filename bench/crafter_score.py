@@ -30,7 +30,8 @@ from pathlib import Path
 from craftrl.metrics import read_jsonl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from time_to_cows import stop_run  # noqa: E402  (bench scripts share helpers by plain import)
+from machine import describe_machine  # noqa: E402  (bench scripts share helpers by plain import)
+from time_to_cows import stop_run  # noqa: E402
 
 # The Crafter paper's table (score in %, mean ± std over seeds) for the agents a reader compares against.
 PAPER_SCORES = {"PPO (Crafter paper)": "4.6 ± 0.3", "Random (Crafter paper)": "1.6 ± 0.0"}
@@ -118,17 +119,16 @@ def elapsed_minutes(run_dir: Path) -> float:
 
 
 def write_results(run_dir: Path, episodes: list[dict], rates: dict[str, float], score: float, env_steps: int,
-                  command: str, out: Path) -> None:
+                  command: str, config: str, out: Path) -> None:
     steps = sum(int(e["length"]) for e in episodes)
     mean_return = sum(float(e["episode_return"]) for e in episodes) / max(len(episodes), 1)
-    rows = ["| agent | Crafter score (%) |", "|---|---:|", f"| craftrl, default recurrent policy (`{run_dir.name}`) | {score:.1f} |"]
+    rows = ["| agent | Crafter score (%) |", "|---|---:|", f"| craftrl, `{config}` (`{run_dir.name}`) | {score:.1f} |"]
     rows += [f"| {name} | {value} |" for name, value in PAPER_SCORES.items()]
     table = ["| achievement | success rate (%) |", "|---|---:|"]
     table += [f"| {name} | {rate:.1f} |" for name, rate in sorted(rates.items(), key=lambda item: -item[1])]
     text = ["## Crafter score (`bench/crafter_score.py`, P6)", "",
-            f"`{command}`, {datetime.date.today().isoformat()}, {os.cpu_count()} cores. `crafter/score` (the full game, "
-            f"Crafter's own reward) with the default recurrent policy and PPO settings "
-            f"(`craftrl.configs.crafter_score`). Scored over the {len(episodes)} episodes that make up the first "
+            f"`{command}`, {datetime.date.today().isoformat()}, {describe_machine()}. `crafter/score` (the full "
+            f"game, Crafter's own reward) with the policy and PPO settings of `{config}`. Scored over the {len(episodes)} episodes that make up the first "
             f"{steps:,} of {env_steps:,} env steps (mean return {mean_return:.2f}; one seed, the paper averages 10; "
             f"{elapsed_minutes(run_dir):.0f} min of training), as the Crafter paper scores its "
             "agents: success rate = share of training episodes with the achievement unlocked, score = "
@@ -164,7 +164,7 @@ def main() -> None:
                       "env_steps": sum(int(e["length"]) for e in episodes), "rates_pct": rates}), flush=True)
     if args.write_results:
         command = "python bench/crafter_score.py " + " ".join(sys.argv[1:])
-        write_results(run_dir, episodes, rates, score, args.env_steps, command,
+        write_results(run_dir, episodes, rates, score, args.env_steps, command, args.config,
                       Path(__file__).resolve().parent / "results" / "crafter_score.md")
     print(f"P6 crafter_score_pct={score:.2f}")
 
