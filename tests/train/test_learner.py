@@ -29,7 +29,7 @@ def train_config(**overrides):
     base = {"learning_rate": 0.01, "batch_size_per_gpu": 4, "context_length": 4, "epochs_per_iteration": 2,
             "entropy_bonus_coef": 0.0, "max_grad_norm": 1.0, "discount": 0.9}
     base.update(overrides)
-    # fragments here are 6-10 steps; the rollout's fragment length only matters to the minibatch_sequence_length check
+    # fragments here are 6-10 steps; the rollout's fragment length only matters to minibatch_sequence_length's check
     return build_config({"train_config": base, "rollout_config": {"fragment_length": 30}}).train_config
 
 
@@ -73,16 +73,16 @@ def _weights_after_iterations(iterations: int, **overrides) -> tuple[torch.Tenso
     return torch.cat([p.detach().reshape(-1) for p in policy.parameters()]), steps
 
 
-@pytest.mark.parametrize("minibatch_sequence_length", [0, 5])
-def test_whole_batch_iterations_take_one_step_per_epoch_over_all_the_data(minibatch_sequence_length):
+@pytest.mark.parametrize("sequence_length", [0, 5])
+def test_whole_batch_iterations_take_one_step_per_epoch_over_all_the_data(sequence_length):
     """8 fragments in batches of 4: a whole-batch iteration is 1 optimiser step per epoch, and trains exactly as
     one batch of all 8 fragments does; after it, 2 minibatches per epoch again."""
-    whole, _ = _weights_after_iterations(1, whole_batch_iterations=1, minibatch_sequence_length=minibatch_sequence_length)
-    one_batch, _ = _weights_after_iterations(1, batch_size_per_gpu=8, minibatch_sequence_length=minibatch_sequence_length)
-    split, _ = _weights_after_iterations(1, minibatch_sequence_length=minibatch_sequence_length)
+    whole, _ = _weights_after_iterations(1, whole_batch_iterations=1, minibatch_sequence_length=sequence_length)
+    one_batch, _ = _weights_after_iterations(1, batch_size_per_gpu=8, minibatch_sequence_length=sequence_length)
+    split, _ = _weights_after_iterations(1, minibatch_sequence_length=sequence_length)
     assert mismatch_ulps(whole, one_batch) <= REORDERING_ULPS
     assert mismatch_ulps(whole, split) > REORDERING_ULPS
-    _, steps = _weights_after_iterations(2, whole_batch_iterations=1, minibatch_sequence_length=minibatch_sequence_length)
+    _, steps = _weights_after_iterations(2, whole_batch_iterations=1, minibatch_sequence_length=sequence_length)
     assert steps == [2, 2 + 2 * 2]  # 2 epochs: 1 step each, then 2 minibatches each
 
 
@@ -149,7 +149,8 @@ def test_an_iteration_on_cuda_computes_what_the_cpu_computes():
     policy = default_policy_generator(num_actions=3, image_shape=(64, 64, 3), hidden_size=32, channels=(8, 8, 8))
     rng = np.random.default_rng(3)
     fragments = bandit_fragments(policy, 4, 6, rng, obs_fn=random_images(rng), episode_length=4)
-    config = train_config(batch_size_per_gpu=2, epochs_per_iteration=1, learning_rate=1e-9, minibatch_sequence_length=3)
+    config = train_config(batch_size_per_gpu=2, epochs_per_iteration=1, learning_rate=1e-9,
+                          minibatch_sequence_length=3)
     tf32 = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
     torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
     try:
