@@ -1,17 +1,19 @@
-"""P6: the Crafter score after 1M env steps of ``crafter/score`` with the default recurrent policy.
+"""P6: the Crafter score after 1M env steps of ``crafter/score``, over one or more seeds.
 
-Runs ``craftrl train craftrl.configs.crafter_score`` until the run's ``rollout/env_steps`` passes
-``--env-steps`` (then SIGTERM: a checkpoint is saved and everything stops), and scores the run's
+Runs ``craftrl train <config>`` (``craftrl.configs.crafter_score`` by default) once per seed until the run's
+``rollout/env_steps`` passes ``--env-steps`` (then SIGTERM: a checkpoint is saved and everything stops), and
+scores each run's
 ``episodes.jsonl`` the way the Crafter paper does (Hafner, 2021, "Benchmarking the Spectrum of Agent
 Capabilities"): an achievement's success rate is the share of the training episodes in which it was unlocked
 at least once, and the score is the geometric mean over the 22 achievements, computed as
 ``exp(mean(ln(1 + s_i))) - 1`` with ``s_i`` in percent. The episodes scored are the ones that together make
 up the first ``--env-steps`` env steps, in the order they finished.
 
-    python bench/crafter_score.py --write-results                      # ~40 min on 2 cores, run in background
-    python bench/crafter_score.py --runs runs/bench_crafter_score/crafter-score-...   # re-score a run
+    python bench/crafter_score.py --write-results                  # ~15 min on 2 cores, run in background
+    python bench/crafter_score.py --config craftrl.configs.crafter_resnet --seeds 0 1 2 --concurrent  # a GPU
+    python bench/crafter_score.py --runs runs/bench_crafter_score/crafter-score-...   # re-score runs
 
-The last line is ``P6 crafter_score_pct=<score>``.
+The last line is ``P6 crafter_score_pct=<mean over the seeds>``.
 """
 
 from __future__ import annotations
@@ -22,9 +24,11 @@ import json
 import math
 import os
 import re
+import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from craftrl.metrics import read_jsonl
@@ -38,43 +42,49 @@ PAPER_SCORES = {"PPO (Crafter paper)": "4.6 ± 0.3", "Random (Crafter paper)": "
 ACHIEVEMENT_PREFIX = "achievements/"
 
 
-def run_until(config: str, overrides: list[str], seed: int, env_steps: int, max_minutes: float,
-              output_root: Path, log: Path) -> Path:
-    """One training run stopped (SIGTERM) once it logged ``env_steps`` env steps; returns its run directory."""
+def start_run(config: str, overrides: list[str], seed: int, output_root: Path, log: Path) -> subprocess.Popen:
+    """One ``craftrl train`` process (its own local Ray), its output in ``log``."""
     command = [sys.executable, "-m", "craftrl.cli.main", "train", config, f"seed={seed}",
                f"output_root={output_root}", *overrides]
-    deadline = time.monotonic() + max_minutes * 60
-    run_dir: Path | None = None
     with log.open("w") as out:
-        child = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
-                                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        while child.poll() is None and time.monotonic() < deadline:
-            time.sleep(10)
-            if run_dir is None:
-                match = re.search(r"run directory (\S+)", log.read_text())
-                run_dir = Path(match.group(1)) if match else None
-            if run_dir is not None and logged_env_steps(run_dir / "metrics.jsonl") >= env_steps:
-                break
-        stop_run(child, grace_s=180)
-    if run_dir is None:
-        match = re.search(r"run directory (\S+)", log.read_text())
-        if not match:
-            raise SystemExit(f"crafter_score: no run directory in {log}")
-        run_dir = Path(match.group(1))
-    return run_dir
+        return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
 
-def logged_env_steps(metrics_path: Path) -> float:
-    """The last ``rollout/env_steps`` in a metrics.jsonl (0 before the first iteration)."""
-    if not metrics_path.exists():
-        return 0.0
-    steps = 0.0
-    for record in read_jsonl(metrics_path):
+def run_dir_of(log: Path) -> Path | None:
+    match = re.search(r"run directory (\S+)", log.read_text())
+    return Path(match.group(1)) if match else None
+
+
+def run_until(config: str, overrides: list[str], seeds: list[int], env_steps: int, max_minutes: float,
+              output_root: Path, concurrent: bool) -> list[Path]:
+    """Training runs, one per seed, each stopped (SIGTERM) once it logged ``env_steps`` env steps or at
+    ``max_minutes``; all at once with ``concurrent``, else one after the other. Returns their run directories."""
+    groups = [seeds] if concurrent else [[seed] for seed in seeds]
+    run_dirs = []
+    for group in groups:
+        logs = [output_root / f"seed{seed}.log" for seed in group]
+        children = [start_run(config, overrides, seed, output_root, log) for seed, log in zip(group, logs)]
+        deadline = time.monotonic() + max_minutes * 60
+        running = dict(enumerate(children))
         try:
-            steps = float(record.get("rollout/env_steps", steps))
-        except (TypeError, ValueError):
-            continue
-    return steps
+            while running and time.monotonic() < deadline:
+                time.sleep(5)
+                for index, child in list(running.items()):
+                    run_dir = run_dir_of(logs[index])
+                    if child.poll() is not None or (
+                            run_dir is not None and last_logged(run_dir, "rollout/env_steps") >= env_steps):
+                        stop_run(child, grace_s=180)
+                        del running[index]
+        finally:
+            for child in running.values():
+                stop_run(child, grace_s=180)
+        for log in logs:
+            run_dir = run_dir_of(log)
+            if run_dir is None:
+                raise SystemExit(f"crafter_score: no run directory in {log}")
+            run_dirs.append(run_dir)
+    return run_dirs
 
 
 def first_episodes_within(episodes: list[dict], env_steps: int) -> list[dict]:
@@ -107,34 +117,87 @@ def all_achievements() -> list[str]:
     return sorted(crafter.constants.achievements)
 
 
-def elapsed_minutes(run_dir: Path) -> float:
-    """Training wall-clock time of the run (``train/elapsed_s`` of its last logged iteration)."""
-    elapsed = 0.0
-    for record in read_jsonl(run_dir / "metrics.jsonl"):
+def last_logged(run_dir: Path, key: str) -> float:
+    """The last value of ``key`` in the run's metrics.jsonl (0 if it never logged it)."""
+    value, path = 0.0, run_dir / "metrics.jsonl"
+    for record in read_jsonl(path) if path.exists() else []:
         try:
-            elapsed = float(record.get("train/elapsed_s", elapsed))
+            value = float(record.get(key, value))
         except (TypeError, ValueError):
             continue
-    return elapsed / 60
+    return value
 
 
-def write_results(run_dir: Path, episodes: list[dict], rates: dict[str, float], score: float, env_steps: int,
-                  command: str, config: str, out: Path) -> None:
-    steps = sum(int(e["length"]) for e in episodes)
-    mean_return = sum(float(e["episode_return"]) for e in episodes) / max(len(episodes), 1)
-    rows = ["| agent | Crafter score (%) |", "|---|---:|", f"| craftrl, `{config}` (`{run_dir.name}`) | {score:.1f} |"]
+@dataclass
+class SeedResult:
+    seed: int
+    run_dir: Path
+    episodes: list[dict]
+    rates: dict[str, float]
+    score: float
+
+    @property
+    def env_steps(self) -> int:
+        return sum(int(e["length"]) for e in self.episodes)
+
+    @property
+    def minutes(self) -> float:
+        """Training wall-clock time (the last ``train/elapsed_s``)."""
+        return last_logged(self.run_dir, "train/elapsed_s") / 60
+
+    @property
+    def env_steps_per_s(self) -> float:
+        elapsed = last_logged(self.run_dir, "train/elapsed_s")
+        return last_logged(self.run_dir, "rollout/env_steps") / elapsed if elapsed else 0.0
+
+
+def score_run(seed: int, run_dir: Path, env_steps: int) -> SeedResult:
+    path = run_dir / "episodes.jsonl"  # absent while no episode has finished
+    episodes = first_episodes_within(read_jsonl(path) if path.exists() else [], env_steps)
+    rates = success_rates(episodes, all_achievements())
+    return SeedResult(seed, run_dir, episodes, rates, crafter_score(rates))
+
+
+def describe_accelerator() -> str:
+    """``NVIDIA H100 80GB HBM3, torch 2.11.0+cu130, host `` when CUDA is there, else nothing."""
+    import torch
+
+    return f"{torch.cuda.get_device_name()}, torch {torch.__version__}, host " if torch.cuda.is_available() else ""
+
+
+def mean_and_spread(values: list[float]) -> str:
+    if len(values) < 2:
+        return f"{values[0]:.1f}"
+    return f"{statistics.mean(values):.1f} ± {statistics.stdev(values):.1f}"
+
+
+def write_results(results: list[SeedResult], env_steps: int, command: str, config: str, out: Path) -> None:
+    scores = [r.score for r in results]
+    seeds = "one seed" if len(results) == 1 else f"{len(results)} seeds, mean ± standard deviation"
+    rows = ["| agent | Crafter score (%) |", "|---|---:|",
+            f"| craftrl, `{config}` ({seeds}) | {mean_and_spread(scores)} |"]
     rows += [f"| {name} | {value} |" for name, value in PAPER_SCORES.items()]
-    table = ["| achievement | success rate (%) |", "|---|---:|"]
-    table += [f"| {name} | {rate:.1f} |" for name, rate in sorted(rates.items(), key=lambda item: -item[1])]
+    runs = ["| seed | run | score (%) | episodes | env steps scored | mean return | env steps/s | training (min) |",
+            "|---:|---|---:|---:|---:|---:|---:|---:|"]
+    runs += [f"| {r.seed} | `{r.run_dir.name}` | {r.score:.2f} | {len(r.episodes)} | {r.env_steps:,} | "
+             f"{statistics.mean(float(e['episode_return']) for e in r.episodes) if r.episodes else 0.0:.2f} | "
+             f"{r.env_steps_per_s:.0f} | {r.minutes:.0f} |" for r in results]
+    names = sorted(results[0].rates, key=lambda name: -statistics.mean(r.rates[name] for r in results))
+    table = ["| achievement | success rate (%) |" + "".join(f" seed {r.seed} |" for r in results) if len(results) > 1
+             else "| achievement | success rate (%) |",
+             "|---|---:|" + "---:|" * (len(results) if len(results) > 1 else 0)]
+    for name in names:
+        per_seed = [r.rates[name] for r in results]
+        cells = "".join(f" {rate:.1f} |" for rate in per_seed) if len(results) > 1 else ""
+        table.append(f"| {name} | {statistics.mean(per_seed):.1f} |{cells}")
     text = ["## Crafter score (`bench/crafter_score.py`, P6)", "",
-            f"`{command}`, {datetime.date.today().isoformat()}, {describe_machine()}. `crafter/score` (the full "
-            f"game, Crafter's own reward) with the policy and PPO settings of `{config}`. Scored over the {len(episodes)} episodes that make up the first "
-            f"{steps:,} of {env_steps:,} env steps (mean return {mean_return:.2f}; one seed, the paper averages 10; "
-            f"{elapsed_minutes(run_dir):.0f} min of training), as the Crafter paper scores its "
-            "agents: success rate = share of training episodes with the achievement unlocked, score = "
-            "exp(mean ln(1 + rate %)) - 1. The paper's rows are copied from its table; its per-achievement "
-            "rates are not reproduced here.", "",
-            *rows, "", *table]
+            f"`{command}`, {datetime.date.today().isoformat()}, {describe_accelerator()}{describe_machine()}. "
+            f"`crafter/score` (the full game, Crafter's own reward) with the policy and PPO settings of `{config}`, "
+            f"{seeds} (the paper averages 10). Each run is scored over the episodes that finished within its first "
+            f"{env_steps:,} env steps, as the Crafter paper scores its agents: success rate = share of training "
+            "episodes with the achievement unlocked, score = exp(mean ln(1 + rate %)) - 1. The paper's rows are "
+            "copied from its table; its per-achievement rates are not reproduced here.", "",
+            *rows, "", *runs, "", *table]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(text) + "\n")
 
@@ -143,30 +206,35 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--config", default="craftrl.configs.crafter_score")
     parser.add_argument("--env-steps", type=int, default=1_000_000)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--max-minutes", type=float, default=120.0, help="stop the run here even short of --env-steps")
+    parser.add_argument("--seeds", "--seed", type=int, nargs="+", default=[0])
+    parser.add_argument("--concurrent", action="store_true",
+                        help="run the seeds at once (a machine with cores to spare), not one after the other")
+    parser.add_argument("--max-minutes", type=float, default=120.0, help="stop a run here even short of --env-steps")
     parser.add_argument("--output-root", default="runs/bench_crafter_score")
-    parser.add_argument("--runs", nargs="*", default=None, help="score an existing run directory instead")
+    parser.add_argument("--runs", nargs="*", default=None,
+                        help="score existing run directories instead (one per seed, in the order of --seeds)")
     parser.add_argument("--write-results", action="store_true", help="rewrite bench/results/crafter_score.md")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
     if args.runs:
-        run_dir = Path(args.runs[0])
+        run_dirs = [Path(run) for run in args.runs]
+        seeds = args.seeds if len(args.seeds) == len(run_dirs) else list(range(len(run_dirs)))
     else:
         root = Path(args.output_root).resolve()
         root.mkdir(parents=True, exist_ok=True)
-        run_dir = run_until(args.config, args.overrides, args.seed, args.env_steps, args.max_minutes, root,
-                            root / f"seed{args.seed}.log")
-    episodes = first_episodes_within(read_jsonl(run_dir / "episodes.jsonl"), args.env_steps)
-    rates = success_rates(episodes, all_achievements())
-    score = crafter_score(rates)
-    print(json.dumps({"run": str(run_dir), "episodes": len(episodes),
-                      "env_steps": sum(int(e["length"]) for e in episodes), "rates_pct": rates}), flush=True)
+        seeds = args.seeds
+        run_dirs = run_until(args.config, args.overrides, seeds, args.env_steps, args.max_minutes, root,
+                             args.concurrent)
+    results = [score_run(seed, run_dir, args.env_steps) for seed, run_dir in zip(seeds, run_dirs)]
+    for result in results:
+        print(json.dumps({"seed": result.seed, "run": str(result.run_dir), "score_pct": round(result.score, 3),
+                          "episodes": len(result.episodes), "env_steps": result.env_steps,
+                          "env_steps_per_s": round(result.env_steps_per_s), "rates_pct": result.rates}), flush=True)
     if args.write_results:
         command = "python bench/crafter_score.py " + " ".join(sys.argv[1:])
-        write_results(run_dir, episodes, rates, score, args.env_steps, command, args.config,
+        write_results(results, args.env_steps, command, args.config,
                       Path(__file__).resolve().parent / "results" / "crafter_score.md")
-    print(f"P6 crafter_score_pct={score:.2f}")
+    print(f"P6 crafter_score_pct={statistics.mean(r.score for r in results):.2f}")
 
 
 if __name__ == "__main__":

@@ -33,46 +33,62 @@ def _orthogonal(module: nn.Module, gain: float = HIDDEN_GAIN) -> nn.Module:
     return module
 
 
+def _group_norm(channels: int, enabled: bool) -> nn.Module:
+    """One group over all channels (a per-sample LayerNorm of a feature map), or nothing."""
+    return nn.GroupNorm(1, channels) if enabled else nn.Identity()
+
+
 class _ResidualBlock(nn.Module):
-    def __init__(self, channels: int) -> None:
+    def __init__(self, channels: int, norm: bool = False) -> None:
         super().__init__()
+        self.norm0, self.norm1 = _group_norm(channels, norm), _group_norm(channels, norm)
         self.conv0 = _orthogonal(nn.Conv2d(channels, channels, 3, padding=1))
         self.conv1 = _orthogonal(nn.Conv2d(channels, channels, 3, padding=1))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.conv1(F.relu(self.conv0(F.relu(x))))
+        return x + self.conv1(F.relu(self.norm1(self.conv0(F.relu(self.norm0(x))))))
 
 
 class _DownStack(nn.Module):
-    def __init__(self, in_channels: int, out_channels: int, num_blocks: int = 2) -> None:
+    def __init__(self, in_channels: int, out_channels: int, num_blocks: int = 2, norm: bool = False,
+                 norm_input: bool = False) -> None:
         super().__init__()
+        self.input_norm = _group_norm(in_channels, norm and norm_input)
         self.conv = _orthogonal(nn.Conv2d(in_channels, out_channels, 3, padding=1))
-        self.blocks = nn.Sequential(*[_ResidualBlock(out_channels) for _ in range(num_blocks)])
+        self.pooled_norm = _group_norm(out_channels, norm)
+        self.blocks = nn.Sequential(*[_ResidualBlock(out_channels, norm) for _ in range(num_blocks)])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = F.max_pool2d(self.conv(x), kernel_size=3, stride=2, padding=1)
-        return self.blocks(x)
+        x = F.max_pool2d(self.conv(self.input_norm(x)), kernel_size=3, stride=2, padding=1)
+        return self.blocks(self.pooled_norm(x))
 
 
 class ImpalaEncoder(nn.Module):
-    """Impala-style CNN (Espeholt et al. 2018) from uint8 ``[N, H, W, C]`` images to a feature vector."""
+    """Impala-style CNN (Espeholt et al. 2018) from uint8 ``[N, H, W, C]`` images to a feature vector.
+
+    ``norm`` adds a one-group GroupNorm before every convolution but the first (whose input is the image),
+    after every max-pool, and a LayerNorm before the dense layer: the normalisation of the Impala CNN in Moon
+    et al.'s Crafter PPO (arXiv 2307.03486), whose wide version (64/128/128 channels) trains stably with it.
+    """
 
     def __init__(self, image_shape: tuple[int, int, int], channels: tuple[int, ...] = (16, 32, 32),
-                 out_features: int = 256) -> None:
+                 out_features: int = 256, norm: bool = False) -> None:
         super().__init__()
         height, width, in_channels = image_shape
         stacks = []
-        for out_channels in channels:
-            stacks.append(_DownStack(in_channels, out_channels))
+        for index, out_channels in enumerate(channels):
+            stacks.append(_DownStack(in_channels, out_channels, norm=norm, norm_input=index > 0))
             in_channels = out_channels
             height, width = (height + 1) // 2, (width + 1) // 2
         self.stacks = nn.Sequential(*stacks)
-        self.dense = _orthogonal(nn.Linear(in_channels * height * width, out_features))
+        flat = in_channels * height * width
+        self.dense_norm = nn.LayerNorm(flat) if norm else nn.Identity()
+        self.dense = _orthogonal(nn.Linear(flat, out_features))
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         x = images.permute(0, 3, 1, 2).float().mul_(1.0 / 255.0)
         x = self.stacks(x)
-        return F.relu(self.dense(F.relu(x).flatten(1)))
+        return F.relu(self.dense(self.dense_norm(F.relu(x).flatten(1))))
 
 
 class NatureEncoder(nn.Module):
@@ -147,6 +163,11 @@ class ImpalaRecurrentPolicy(Policy):
     state is ``{}``. Input ``{"image": uint8 [B, T, H, W, 3]}``; action: long
     ``[B, T]`` in ``[0, num_actions)``.
 
+    ``encoder_features`` is the width of the encoder's output (``hidden_size`` when None), which the MLP widens
+    or narrows to ``hidden_size``. ``encoder_norm`` (Impala CNN only) normalises inside the encoder (see
+    ``ImpalaEncoder``) and layer-normalises the MLP's input; with channels 64/128/128, ``encoder_features`` 256,
+    ``hidden_size`` 1024 and no recurrent core it is the policy of Moon et al.'s Crafter PPO.
+
     ``feature_norm`` puts a LayerNorm between the MLP and the core. Nothing else bounds the scale of the
     features the recurrent gates see: in one PPO run on Crafter they grew ~10x within 45k env steps, every
     LSTM gate saturated, and the policy stopped depending on its observations for good (the latent varied by
@@ -156,16 +177,21 @@ class ImpalaRecurrentPolicy(Policy):
     def __init__(self, num_actions: int = 17, image_shape: tuple[int, int, int] = (64, 64, 3), *,
                  channels: tuple[int, ...] = (16, 32, 32), hidden_size: int = 256, recurrent: str = "lstm",
                  encoder: str = "impala", image_key: str = "image", value_beta: float = 0.999,
-                 feature_norm: bool = False, tile_size: int = 7) -> None:
+                 feature_norm: bool = False, tile_size: int = 7, encoder_features: int | None = None,
+                 encoder_norm: bool = False) -> None:
         super().__init__()
         if encoder not in ENCODERS:
             raise ValueError(f"encoder: expected one of {sorted(ENCODERS)}, got {encoder!r}")
         if recurrent not in ("lstm", "gru", "none"):
             raise ValueError(f"recurrent: expected 'lstm', 'gru' or 'none', got {recurrent!r}")
+        if encoder_norm and encoder != "impala":
+            raise ValueError(f"encoder_norm: only the 'impala' encoder has one, got encoder={encoder!r}")
         self.image_key = image_key
-        extra = {"tile_size": tile_size} if encoder == "tiles" else {}
-        self.encoder = ENCODERS[encoder](tuple(image_shape), tuple(channels), hidden_size, **extra)
-        self.mlp = _orthogonal(nn.Linear(hidden_size, hidden_size))
+        encoder_features = encoder_features or hidden_size
+        extra = {"tile_size": tile_size} if encoder == "tiles" else {"norm": True} if encoder_norm else {}
+        self.encoder = ENCODERS[encoder](tuple(image_shape), tuple(channels), encoder_features, **extra)
+        self.mlp_norm = nn.LayerNorm(encoder_features) if encoder_norm else nn.Identity()
+        self.mlp = _orthogonal(nn.Linear(encoder_features, hidden_size))
         self.feature_norm = nn.LayerNorm(hidden_size) if feature_norm else nn.Identity()
         self.core = ResettableRNN(hidden_size, hidden_size, kind=recurrent) if recurrent != "none" else None
         self.pi_head = CategoricalHead(hidden_size, num_actions, init_gain=0.01)
@@ -180,7 +206,7 @@ class ImpalaRecurrentPolicy(Policy):
         batch, time = images.shape[:2]
         first = as_first(first, batch, time, images.device)
         features = self.encoder(images.reshape(batch * time, *images.shape[2:]))
-        features = self.feature_norm(F.relu(self.mlp(features))).reshape(batch, time, -1)
+        features = self.feature_norm(F.relu(self.mlp(self.mlp_norm(features)))).reshape(batch, time, -1)
         if self.core is None:
             latent, state_out = features, {}
         else:

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from craftrl.config.schema import TrainConfig
-from craftrl.policies.state import detach_state, tree_map
+from craftrl.policies.state import detach_state, tree_leaves, tree_map
 from craftrl.rollout.fragment import Fragment
 from craftrl.train.batch import Batch, collate, cut_sequences, merge_batches, select_rows, slice_time
 from craftrl.train.distributed import all_reduce, all_reduce_max, rank_mean
@@ -128,9 +128,12 @@ class PPOLearner:
         the start of the iteration, from the stored state carried across slices.
 
         With ``minibatch_sequence_length`` it also records on ``batch`` the state at the start of every sequence
-        of that many steps (and the KL reference's, when there is one): where the shuffled sequences start."""
+        of that many steps (and the KL reference's, when there is one): where the shuffled sequences start. A
+        feed-forward policy's state is empty everywhere, so it is evaluated in ``context_length`` slices all the
+        same (sequences of 1 step would otherwise cost a forward call per step)."""
         cfg = self.config
-        record = cfg.minibatch_sequence_length > 0
+        feed_forward = not tree_leaves(batch.state_in)
+        record = cfg.minibatch_sequence_length > 0 and not feed_forward
         with_reference = record and self.reference is not None and self.rho > 0
         state = reference_state = batch.state_in
         values, logps = [], []
@@ -155,6 +158,9 @@ class PPOLearner:
                 logits = tree_map(lambda t: t[:, :acted].float(), latents["pi_logits"])  # bf16 under cpu_bf16
                 logps.append(self.policy.pi_head.logprob(slice_time(batch.action, start, start + acted),
                                                          logits).float())
+        if cfg.minibatch_sequence_length > 0 and feed_forward:
+            batch.sequence_states = [batch.state_in] * len(range(0, length, cfg.minibatch_sequence_length))
+            batch.reference_sequence_states = []
         return self.policy.value_head.denormalize(torch.cat(values, dim=1)), torch.cat(logps, dim=1)
 
     def prepare(self, fragments: Sequence[Fragment]) -> list[Batch]:

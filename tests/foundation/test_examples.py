@@ -69,3 +69,20 @@ def test_crafter_score_config_is_the_default_on_the_full_game():
     assert len(info["achievements"]) == 22  # the full game, with every achievement counted
     reward, terminated, truncated = _act_once(loaded)
     assert not (terminated and truncated)
+
+
+def test_crafter_resnet_config_is_moon_et_als_ppo_on_the_full_game():
+    """craftrl.configs.crafter_resnet: their policy (~4 M parameters, feed-forward) and 4096 env steps per
+    iteration shuffled into 8 minibatches of 512 single steps, 3 epochs, over 1M env steps."""
+    loaded = load_config("craftrl.configs.crafter_resnet")
+    rollout, train = loaded.online.rollout_config, loaded.online.train_config
+    steps_per_iteration = train.batch_size_per_gpu * train.batches_per_iteration * rollout.fragment_length
+    assert steps_per_iteration == 4096 and steps_per_iteration // train.batches_per_iteration == 512
+    assert train.num_iterations * steps_per_iteration >= 1_000_000 and train.minibatch_sequence_length == 1
+    assert (train.epochs_per_iteration, train.learning_rate, train.discount, train.gae_lambda) == (3, 3e-4, 0.95, 0.65)
+    assert train.use_normalized_vf and train.target_kl is None and train.whole_batch_iterations == 0
+    policy = loaded.policy_generator()
+    assert policy.initial_state(1) == {} and 3_500_000 <= sum(p.numel() for p in policy.parameters()) <= 4_500_000
+    assert [stack.conv.out_channels for stack in policy.encoder.stacks] == [64, 128, 128]
+    reward, terminated, truncated = _act_once(loaded)
+    assert not (terminated and truncated)

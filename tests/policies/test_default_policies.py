@@ -105,6 +105,34 @@ def test_tile_encoder_sees_one_crafter_tile_per_position():
     assert torch.equal(moved, expected)
 
 
+def test_encoder_norm_is_moon_et_als_impala_cnn_and_ignores_the_image_scale_past_the_first_convolution():
+    """Moon et al.'s Crafter PPO: a one-group GroupNorm before every convolution but the first, after every
+    pool and a LayerNorm before the dense layers; the encoder's width apart from the heads' (256 vs 1024)."""
+    torch.manual_seed(0)
+    policy = default_policy_generator(channels=(8, 16, 16), encoder_features=32, hidden_size=64, recurrent="none",
+                                      encoder_norm=True).eval()
+    stacks = policy.encoder.stacks
+    assert isinstance(stacks[0].input_norm, torch.nn.Identity)
+    assert all(isinstance(stack.input_norm, torch.nn.GroupNorm) and stack.input_norm.num_groups == 1
+               for stack in stacks[1:])
+    assert all(isinstance(norm, torch.nn.GroupNorm) for stack in stacks
+               for norm in [stack.pooled_norm, *[b.norm0 for b in stack.blocks], *[b.norm1 for b in stack.blocks]])
+    assert policy.encoder.dense.out_features == 32 and policy.mlp.in_features == 32
+    assert policy.mlp.out_features == 64 and policy.pi_head.linear_layer.in_features == 64
+    # what the norms buy: the first stack's output scaled 10x leaves the features unchanged (without: changed)
+    images = _images()["image"][:, 0]
+    features = policy.encoder(images)
+    with torch.no_grad():
+        stacks[0].conv.weight.mul_(10.0)
+        stacks[0].conv.bias.mul_(10.0)
+    torch.testing.assert_close(policy.encoder(images), features, atol=1e-4, rtol=1e-4)
+    plain = default_policy_generator(channels=(8, 16, 16), encoder_features=32, hidden_size=64, recurrent="none")
+    before = plain.encoder(images)
+    with torch.no_grad():
+        plain.encoder.stacks[0].conv.weight.mul_(10.0)
+    assert not torch.allclose(plain.encoder(images), before, atol=1e-2)
+
+
 def test_feed_forward_variant_has_empty_state_and_independent_steps():
     torch.manual_seed(0)
     policy = default_policy_generator(encoder="nature", channels=(16, 32, 32), recurrent="none").eval()
@@ -120,7 +148,8 @@ def test_feed_forward_variant_has_empty_state_and_independent_steps():
                                              ({"encoder": "nature", "channels": (8, 8)}, "3 values"),
                                              ({"encoder": "tiles", "channels": (8, 8, 8)}, "2 values"),
                                              ({"encoder": "tiles", "channels": (8, 8), "tile_size": 65},
-                                              "smaller than one 65-pixel tile")])
+                                              "smaller than one 65-pixel tile"),
+                                             ({"encoder": "nature", "encoder_norm": True}, "encoder_norm")])
 def test_bad_policy_options_name_the_option(kwargs, message):
     with pytest.raises(ValueError, match=message):
         default_policy_generator(**kwargs)
@@ -258,6 +287,9 @@ def test_generators_are_zero_argument_and_picklable():
     ("default", {}), ("mlp", {}), ("vpt_tiny", {}),
     # the default config's policy
     ("default", {"encoder": "tiles", "channels": (16, 16), "hidden_size": 128, "recurrent": "lstm"}),
+    # craftrl.configs.crafter_resnet's policy
+    ("default", {"channels": (64, 128, 128), "encoder_features": 256, "hidden_size": 1024, "recurrent": "none",
+                 "encoder_norm": True}),
 ])
 def test_policies_run_on_cuda_with_state_on_device(name, kwargs):
     policy = make_policy_generator(name, device="cuda", **kwargs)()

@@ -317,6 +317,30 @@ def test_recurrent_policy_trains_on_image_fragments_in_sequences(minibatch_seque
     assert learner.rho == pytest.approx(0.1 * 0.9995)
 
 
+def test_a_feed_forward_policy_is_evaluated_in_context_slices_and_cut_into_single_steps(monkeypatch):
+    """Sequences of 1 step (feed-forward PPO's shuffled samples) need no recorded state from a policy without
+    one: evaluation runs ceil((L + 1) / context_length) forward passes per batch, not one per step, and the
+    re-evaluation still reproduces the behaviour log-probs exactly."""
+    torch.manual_seed(7)
+    policy = default_policy_generator(num_actions=3, image_shape=(64, 64, 3), hidden_size=16, channels=(4, 4, 4),
+                                      recurrent="none")
+    rng = np.random.default_rng(7)
+    fragments = bandit_fragments(policy, 4, 6, rng, episode_length=4, obs_fn=random_images(rng))
+    learner = PPOLearner(policy, train_config(batch_size_per_gpu=2, context_length=4, minibatch_sequence_length=1),
+                         torch.device("cpu"))
+    calls = []
+    original = type(policy).forward
+    monkeypatch.setattr(type(policy), "forward", lambda self, *a, **k: calls.append(1) or original(self, *a, **k))
+    batches = learner.prepare(fragments)
+    assert len(calls) == len(batches) * 2, "7 observations in slices of 4"
+    assert all(batch.sequence_states == [{}] * 6 for batch in batches)
+    sequences = cut_sequences(batches, 1)
+    assert sequences.obs["image"].shape[:2] == (4 * 6, 1)
+    monkeypatch.setattr(type(policy), "forward", original)
+    metrics = learner.iteration(fragments, 0, 0, torch.Generator().manual_seed(0))
+    assert metrics["ppo/behaviour_kl"] == pytest.approx(0.0, abs=1e-6)
+
+
 def test_sequence_minibatches_cover_every_step_once_per_epoch_and_mix_fragments():
     torch.manual_seed(6)
     policy = default_policy_generator(num_actions=3, image_shape=(64, 64, 3), hidden_size=16, channels=(4, 4, 4))
