@@ -40,6 +40,7 @@ from time_to_cows import stop_run  # noqa: E402
 # The Crafter paper's table (score in %, mean ± std over seeds) for the agents a reader compares against.
 PAPER_SCORES = {"PPO (Crafter paper)": "4.6 ± 0.3", "Random (Crafter paper)": "1.6 ± 0.0"}
 ACHIEVEMENT_PREFIX = "achievements/"
+MAX_EPISODE_STEPS = 10_000  # Crafter's episode limit: a finished run's scored episodes end within it of env_steps
 
 
 def start_run(config: str, overrides: list[str], seed: int, output_root: Path, log: Path) -> subprocess.Popen:
@@ -171,7 +172,8 @@ def mean_and_spread(values: list[float]) -> str:
     return f"{statistics.mean(values):.1f} ± {statistics.stdev(values):.1f}"
 
 
-def write_results(results: list[SeedResult], env_steps: int, command: str, config: str, out: Path) -> None:
+def write_results(results: list[SeedResult], env_steps: int, command: str, config: str, machine: str,
+                  out: Path) -> None:
     scores = [r.score for r in results]
     seeds = "one seed" if len(results) == 1 else f"{len(results)} seeds, mean ± standard deviation"
     rows = ["| agent | Crafter score (%) |", "|---|---:|",
@@ -190,13 +192,19 @@ def write_results(results: list[SeedResult], env_steps: int, command: str, confi
         per_seed = [r.rates[name] for r in results]
         cells = "".join(f" {rate:.1f} |" for rate in per_seed) if len(results) > 1 else ""
         table.append(f"| {name} | {statistics.mean(per_seed):.1f} |{cells}")
-    text = ["## Crafter score (`bench/crafter_score.py`, P6)", "",
-            f"`{command}`, {datetime.date.today().isoformat()}, {describe_accelerator()}{describe_machine()}. "
+    # a run stopped at --max-minutes (or one that failed) finishes its last episode short of env_steps
+    short = [r for r in results if r.env_steps < env_steps - MAX_EPISODE_STEPS]
+    scope = (f"its first {env_steps:,} env steps" if not short else
+             f"its first {env_steps:,} env steps; {len(short)} of the runs stopped before them (at "
+             f"{min(r.env_steps for r in short):,} to {max(r.env_steps for r in short):,} env steps), so this is "
+             f"**not** the benchmark's {env_steps:,}-step score")
+    text = [f"## Crafter score (`bench/crafter_score.py`, P6){'' if not short else ' -- runs stopped short'}", "",
+            f"`{command}`, {datetime.date.today().isoformat()}, {machine}. "
             f"`crafter/score` (the full game, Crafter's own reward) with the policy and PPO settings of `{config}`, "
-            f"{seeds} (the paper averages 10). Each run is scored over the episodes that finished within its first "
-            f"{env_steps:,} env steps, as the Crafter paper scores its agents: success rate = share of training "
-            "episodes with the achievement unlocked, score = exp(mean ln(1 + rate %)) - 1. The paper's rows are "
-            "copied from its table; its per-achievement rates are not reproduced here.", "",
+            f"{seeds} (the paper averages 10). Each run is scored over the episodes that finished within {scope}. "
+            "Scored as the Crafter paper scores its agents: success rate = share of training episodes with the "
+            "achievement unlocked, score = exp(mean ln(1 + rate %)) - 1. The paper's rows are copied from its "
+            "table; its per-achievement rates are not reproduced here.", "",
             *rows, "", *runs, "", *table]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(text) + "\n")
@@ -213,7 +221,10 @@ def main() -> None:
     parser.add_argument("--output-root", default="runs/bench_crafter_score")
     parser.add_argument("--runs", nargs="*", default=None,
                         help="score existing run directories instead (one per seed, in the order of --seeds)")
-    parser.add_argument("--write-results", action="store_true", help="rewrite bench/results/crafter_score.md")
+    parser.add_argument("--write-results", action="store_true", help="rewrite bench/results/<--results-file>")
+    parser.add_argument("--results-file", default="crafter_score.md")
+    parser.add_argument("--ran-on", default=None,
+                        help="with --runs: the machine the runs ran on, for the results (default: this machine)")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
     if args.runs:
@@ -231,9 +242,11 @@ def main() -> None:
                           "episodes": len(result.episodes), "env_steps": result.env_steps,
                           "env_steps_per_s": round(result.env_steps_per_s), "rates_pct": result.rates}), flush=True)
     if args.write_results:
-        command = "python bench/crafter_score.py " + " ".join(sys.argv[1:])
-        write_results(results, args.env_steps, command, args.config,
-                      Path(__file__).resolve().parent / "results" / "crafter_score.md")
+        shown = [arg if arg != args.ran_on else "'<below>'" for arg in sys.argv[1:]]  # the machine is said apart
+        command = "python bench/crafter_score.py " + " ".join(shown)
+        machine = args.ran_on or f"{describe_accelerator()}{describe_machine()}"
+        write_results(results, args.env_steps, command, args.config, machine,
+                      Path(__file__).resolve().parent / "results" / args.results_file)
     print(f"P6 crafter_score_pct={statistics.mean(r.score for r in results):.2f}")
 
 

@@ -66,21 +66,27 @@ def cut_sequences(batches: Sequence[Batch], sequence_length: int) -> Batch:
     """Every fragment cut into ``sequence_length``-step sequences, all of them rows of one Batch.
 
     Each sequence starts from the state ``evaluate`` recorded at its first step, so minibatches can mix
-    sequences of any fragments and times (``minibatch_sequence_length``).
+    sequences of any fragments and times (``minibatch_sequence_length``). A batch's rows come sequence by
+    sequence (all fragments' first sequences, then their second, ...), the order of its recorded states.
     """
-    parts = []
-    for batch in batches:
-        for number, start in enumerate(range(0, batch.length, sequence_length)):
-            end = start + sequence_length
-            reference_states = batch.reference_sequence_states
-            parts.append(Batch(
-                fragments=[], obs=slice_time(batch.obs, start, end), first=batch.first[:, start:end],
-                action=slice_time(batch.action, start, end), behaviour_logp=batch.behaviour_logp[:, start:end],
-                state_in=batch.sequence_states[number], rows=batch.rows,
-                advantages=batch.advantages[:, start:end], returns=batch.returns[:, start:end],
-                old_values=batch.old_values[:, start:end], proximal_logp=batch.proximal_logp[:, start:end],
-                reference_state_in=reference_states[number] if reference_states else None))
-    return merge_batches(parts)
+    return merge_batches([_sequences_of(batch, sequence_length) for batch in batches])
+
+
+def _sequences_of(batch: Batch, sequence_length: int) -> Batch:
+    count = batch.length // sequence_length  # the config makes fragment lengths multiples of it
+
+    def cut(t: torch.Tensor) -> torch.Tensor:  # [B, >= count * n, ...] -> [count * B, n, ...]
+        rows, rest = t.shape[0], t.shape[2:]
+        t = t[:, :count * sequence_length].reshape(rows, count, sequence_length, *rest)
+        return t.transpose(0, 1).reshape(count * rows, sequence_length, *rest)
+
+    references = batch.reference_sequence_states
+    return Batch(fragments=[], obs=tree_map(cut, batch.obs), first=cut(batch.first),
+                 action=tree_map(cut, batch.action), behaviour_logp=cut(batch.behaviour_logp),
+                 state_in=merge_states(batch.sequence_states), rows=np.tile(batch.rows, count),
+                 advantages=cut(batch.advantages), returns=cut(batch.returns), old_values=cut(batch.old_values),
+                 proximal_logp=cut(batch.proximal_logp),
+                 reference_state_in=merge_states(references) if references else None)
 
 
 def merge_batches(parts: Sequence[Batch]) -> Batch:
