@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import math
+import statistics
 import sys
 from pathlib import Path
 
@@ -38,3 +40,35 @@ def test_only_the_episodes_within_the_step_budget_are_scored_in_finishing_order(
 
 def test_every_crafter_achievement_is_scored():
     assert len(crafter_score.all_achievements()) == 22
+
+
+def _run(tmp_path, name: str, episodes: list[dict], env_steps: float, elapsed_s: float):
+    run_dir = tmp_path / name
+    run_dir.mkdir()
+    lines = [{"rollout/env_steps": env_steps / 2, "train/elapsed_s": elapsed_s / 2},
+             {"rollout/env_steps": env_steps, "train/elapsed_s": elapsed_s}]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    (run_dir / "episodes.jsonl").write_text("".join(json.dumps(e) + "\n" for e in episodes))
+    return run_dir
+
+
+def test_results_give_each_seed_the_mean_and_spread_and_say_when_runs_stopped_short(tmp_path):
+    budget = 50_000
+    full = _run(tmp_path, "full", [episode(24_000, collect_wood=1), episode(24_000)], 48_000, 480.0)
+    short = _run(tmp_path, "short", [episode(200, collect_wood=1), episode(100, collect_wood=1)], 300, 3.0)
+    fresh = tmp_path / "fresh"  # no episode finished yet: no episodes.jsonl
+    fresh.mkdir()
+    results = [crafter_score.score_run(seed, run_dir, budget) for seed, run_dir in enumerate([full, short])]
+    assert [len(r.episodes) for r in results] == [2, 2] and results[0].env_steps_per_s == pytest.approx(100.0)
+    assert crafter_score.score_run(2, fresh, budget).episodes == []
+    out = tmp_path / "results.md"
+    crafter_score.write_results(results, budget, "python bench/crafter_score.py --runs full short", "a.config",
+                                "a machine", out)
+    text = out.read_text()
+    scores = [r.score for r in results]
+    assert f"{statistics.mean(scores):.1f} ± {statistics.stdev(scores):.1f}" in text and "2 seeds" in text
+    assert "| 1 | `short` |" in text and "| collect_wood | 75.0 | 50.0 | 100.0 |" in text
+    assert "runs stopped short" in text and "1 of the runs stopped before them (at 300 to 300 env steps)" in text
+    # a run whose next episode could not have finished within the budget is complete
+    crafter_score.write_results(results[:1], budget, "python bench/crafter_score.py", "a.config", "a machine", out)
+    assert "stopped" not in out.read_text() and "one seed" in out.read_text()
