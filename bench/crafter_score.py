@@ -2,10 +2,9 @@
 
 Runs ``craftrl train <config>`` (``craftrl.configs.crafter_score`` by default) once per seed until the run's
 ``rollout/env_steps`` passes ``--env-steps`` (then SIGTERM: a checkpoint is saved and everything stops), and
-scores each run's
-``episodes.jsonl`` the way the Crafter paper does (Hafner, 2021, "Benchmarking the Spectrum of Agent
-Capabilities"): an achievement's success rate is the share of the training episodes in which it was unlocked
-at least once, and the score is the geometric mean over the 22 achievements, computed as
+scores each run's ``episodes.jsonl`` the way the Crafter paper does (Hafner, 2021, "Benchmarking the Spectrum
+of Agent Capabilities"): an achievement's success rate is the share of the training episodes in which it was
+unlocked at least once, and the score is the geometric mean over the 22 achievements, computed as
 ``exp(mean(ln(1 + s_i))) - 1`` with ``s_i`` in percent. The episodes scored are the ones that together make
 up the first ``--env-steps`` env steps, in the order they finished.
 
@@ -185,13 +184,12 @@ def write_results(results: list[SeedResult], env_steps: int, command: str, confi
              f"{statistics.mean(float(e['episode_return']) for e in r.episodes) if r.episodes else 0.0:.2f} | "
              f"{r.env_steps_per_s:.0f} | {r.minutes:.0f} |" for r in results]
     names = sorted(results[0].rates, key=lambda name: -statistics.mean(r.rates[name] for r in results))
-    table = ["| achievement | success rate (%) |" + "".join(f" seed {r.seed} |" for r in results) if len(results) > 1
-             else "| achievement | success rate (%) |",
-             "|---|---:|" + "---:|" * (len(results) if len(results) > 1 else 0)]
+    per_seed_columns = results if len(results) > 1 else []  # one seed: its rate is the mean
+    table = ["| achievement | success rate (%) |" + "".join(f" seed {r.seed} |" for r in per_seed_columns),
+             "|---|---:|" + "---:|" * len(per_seed_columns)]
     for name in names:
-        per_seed = [r.rates[name] for r in results]
-        cells = "".join(f" {rate:.1f} |" for rate in per_seed) if len(results) > 1 else ""
-        table.append(f"| {name} | {statistics.mean(per_seed):.1f} |{cells}")
+        cells = "".join(f" {r.rates[name]:.1f} |" for r in per_seed_columns)
+        table.append(f"| {name} | {statistics.mean(r.rates[name] for r in results):.1f} |{cells}")
     # a run stopped at --max-minutes (or one that failed) finishes its last episode short of env_steps
     short = [r for r in results if r.env_steps < env_steps - MAX_EPISODE_STEPS]
     scope = (f"its first {env_steps:,} env steps" if not short else
