@@ -20,7 +20,7 @@ return where their rollouts of 512 steps did.
     python bench/crafter_score.py --config craftrl.configs.crafter_resnet --seeds 0 1 2
 
 On one H100 with three seeds at once each run made ~1000 env steps/s (the GPU was the bottleneck) and scored
-7.2 % after ~437k env steps, against 4.8 % for ``craftrl.configs.crafter_score`` at the same count
+7.2 % after ~437k env steps, against 4.5 % for ``craftrl.configs.crafter_score`` at the same count
 (bench/notes/crafter_score.md); 1M env steps were not reached within the machine time.
 """
 
