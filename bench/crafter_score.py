@@ -22,7 +22,6 @@ import datetime
 import json
 import math
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -34,7 +33,7 @@ from craftrl.metrics import read_jsonl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import describe_machine  # noqa: E402  (bench scripts share helpers by plain import)
-from time_to_cows import stop_run  # noqa: E402
+from time_to_cows import run_directory, stop_run  # noqa: E402
 
 # The Crafter paper's table (score in %, mean ± std over seeds) for the agents a reader compares against.
 PAPER_SCORES = {"PPO (Crafter paper)": "4.6 ± 0.3", "Random (Crafter paper)": "1.6 ± 0.0"}
@@ -49,11 +48,6 @@ def start_run(config: str, overrides: list[str], seed: int, output_root: Path, l
     with log.open("w") as out:
         return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
                                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
-
-
-def run_dir_of(log: Path) -> Path | None:
-    match = re.search(r"run directory (\S+)", log.read_text())
-    return Path(match.group(1)) if match else None
 
 
 def run_until(config: str, overrides: list[str], seeds: list[int], env_steps: int, max_minutes: float,
@@ -71,7 +65,7 @@ def run_until(config: str, overrides: list[str], seeds: list[int], env_steps: in
             while running and time.monotonic() < deadline:
                 time.sleep(5)
                 for index, child in list(running.items()):
-                    run_dir = run_dir_of(logs[index])
+                    run_dir = run_directory(logs[index])
                     if child.poll() is not None or (
                             run_dir is not None and last_logged(run_dir, "rollout/env_steps") >= env_steps):
                         stop_run(child, grace_s=180)
@@ -80,7 +74,7 @@ def run_until(config: str, overrides: list[str], seeds: list[int], env_steps: in
             for child in running.values():
                 stop_run(child, grace_s=180)
         for log in logs:
-            run_dir = run_dir_of(log)
+            run_dir = run_directory(log)
             if run_dir is None:
                 raise SystemExit(f"crafter_score: no run directory in {log}")
             run_dirs.append(run_dir)
@@ -135,6 +129,8 @@ class SeedResult:
     episodes: list[dict]
     rates: dict[str, float]
     score: float
+    elapsed_s: float  # training wall-clock time, the run's last ``train/elapsed_s``
+    logged_env_steps: float  # all the run stepped, scored or not: its last ``rollout/env_steps``
 
     @property
     def env_steps(self) -> int:
@@ -142,20 +138,19 @@ class SeedResult:
 
     @property
     def minutes(self) -> float:
-        """Training wall-clock time (the last ``train/elapsed_s``)."""
-        return last_logged(self.run_dir, "train/elapsed_s") / 60
+        return self.elapsed_s / 60
 
     @property
     def env_steps_per_s(self) -> float:
-        elapsed = last_logged(self.run_dir, "train/elapsed_s")
-        return last_logged(self.run_dir, "rollout/env_steps") / elapsed if elapsed else 0.0
+        return self.logged_env_steps / self.elapsed_s if self.elapsed_s else 0.0
 
 
 def score_run(seed: int, run_dir: Path, env_steps: int) -> SeedResult:
     path = run_dir / "episodes.jsonl"  # absent while no episode has finished
     episodes = first_episodes_within(read_jsonl(path) if path.exists() else [], env_steps)
     rates = success_rates(episodes, all_achievements())
-    return SeedResult(seed, run_dir, episodes, rates, crafter_score(rates))
+    return SeedResult(seed, run_dir, episodes, rates, crafter_score(rates), last_logged(run_dir, "train/elapsed_s"),
+                      last_logged(run_dir, "rollout/env_steps"))
 
 
 def describe_accelerator() -> str:

@@ -151,7 +151,7 @@ def run_once(config: str, overrides: list[str], seed: int, minutes: float, outpu
                 except subprocess.TimeoutExpired:
                     pass
         stop_run(child, grace_s=120)
-    run_dir = _run_directory(log)
+    run_dir = run_directory(log)
     if run_dir is None:
         raise SystemExit(f"time_to_cows: no run directory in {log}")
     (run_dir / "launched_at").write_text(f"{launched}\n")
@@ -162,14 +162,15 @@ def run_once(config: str, overrides: list[str], seed: int, minutes: float, outpu
     return run_dir
 
 
-def _run_directory(log: Path) -> Path | None:
+def run_directory(log: Path) -> Path | None:
+    """The run directory ``craftrl train`` announced in ``log`` (None before it did)."""
     match = re.search(r"run directory (\S+)", log.read_text())
     return Path(match.group(1)) if match else None
 
 
 def _reached(log: Path, launched: float, cows: float) -> bool:
     """Whether the run logging to ``log`` has reached a mean of ``cows`` per episode (as ``summarize`` counts it)."""
-    run_dir = _run_directory(log)
+    run_dir = run_directory(log)
     if run_dir is None or not (run_dir / "metrics.jsonl").exists():
         return False
     return math.isfinite(summarize(read_curve(run_dir, launched), thresholds=(cows,))[f"time_to_{cows:g}_s"])
