@@ -19,9 +19,9 @@ return where their rollouts of 512 steps did.
 
     python bench/crafter_score.py --config craftrl.configs.crafter_resnet --seeds 0 1 2
 
-On one H100 with three seeds at once each run made ~1000 env steps/s (the GPU was the bottleneck) and scored
-7.2 % after ~437k env steps, against 4.5 % for ``craftrl.configs.crafter_score`` at the same count
-(bench/notes/crafter_score.md); 1M env steps were not reached within the machine time.
+On one H100 running three seeds at once (~1000 env steps/s each, the GPU the bottleneck) it scored 7.2 % after
+~437k env steps, against 4.5 % for ``craftrl.configs.crafter_score`` at the same count; its 1M score is not
+measured yet (bench/notes/crafter_score.md).
 """
 
 online_dict = {
@@ -30,7 +30,8 @@ online_dict = {
         "num_gpus_per_worker": 0.25,  # inference of this CNN on a CPU would cost more than the env steps
         "fragment_length": 128,
         "to_send_queue_size": 16,
-        # a GPU call costs ~4.3 ms whether it infers 16 frames or 48: groups of 16 (bench/notes/crafter_score.md)
+        # two groups of 16: one group's envs step while the other's are inferred; a GPU call costs about as much
+        # for 16 frames as for 48 (bench/notes/crafter_score.md), so groups are not made smaller
         "worker_config": {"num_envs": 32, "batch_size": 16, "envs_per_process": 0},
         "replay_buffer_config": {"max_reuse": 1, "max_staleness": 2,
                                  "database_config": {"compression_level": 1}},
