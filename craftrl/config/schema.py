@@ -84,6 +84,7 @@ class ReplayBufferConfig:
     fragments_per_report: int = key(40, "The buffer reports its metrics (size, throughput, evictions) every this many added fragments.", AT_LEAST_ONE)
     fragments_per_chunk: int = key(1, "Consecutive fragments of one env slot grouped into one chunk (the unit of sampling).", AT_LEAST_ONE)
     read_grace_samples: int = key(2, "A sampled chunk's records stay readable for this many further sample calls, so the trainer can prefetch the next iteration.", AT_LEAST_ONE)
+    max_unsampled_chunks: int = key(0, "Paces the rollout by the trainer. 0: rollout workers never wait. n > 0: while n chunks await their first sample, the buffer holds a worker's registration unanswered, so the worker stops stepping its envs until the trainer samples; for a trainer slower than its envs, which would otherwise make experience that goes stale unused. Between the chunks one train worker samples per iteration (batch_size_per_gpu x batches_per_iteration / fragments_per_chunk) and max_chunks.", NON_NEGATIVE)
     database_config: DatabaseConfig = section(DatabaseConfig, "Where and how the fragments are stored on disk.")
 
 

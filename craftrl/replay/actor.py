@@ -12,6 +12,12 @@ process dies (killed, out of memory) Ray restarts it (``max_restarts=-1``) and r
 answered (``max_task_retries=-1``); the restarted actor keeps the store and rebuilds its index from the
 journal (:mod:`craftrl.replay.journal`), so writers and the trainer only notice a pause, and the restart is
 counted in ``replay/restarts`` and logged.
+
+Pacing (``max_unsampled_chunks`` > 0): a registration is taken at once, so the trainer can always sample it, but
+answered only once fewer than that many chunks await their first sample. A writer sends its next registration
+only after the previous one is answered, so its send queue fills and its worker stops stepping envs: the rollout
+runs at most about one iteration ahead of a slower trainer instead of making experience that goes stale unused.
+:meth:`release_writers` ends the pacing when the run stops, so workers can deliver what they hold.
 """
 
 from __future__ import annotations
@@ -57,6 +63,8 @@ class ReplayBufferActor:
         self.remote_bytes_written = 0
         self._pending_deletes: set[asyncio.Future] = set()
         self._changed: asyncio.Condition | None = None  # created on the actor's event loop
+        self._writers_released = False
+        self.writer_wait_seconds = 0.0
         self._report_clock = time.monotonic()
         self._latest_report: dict[str, float] = {}
         self._reports = 0
@@ -84,6 +92,21 @@ class ReplayBufferActor:
         if report_due:
             self._report()
         self._delete_released()
+        await self._notify()
+        if self._policy.policy.rollout_ahead() and not self._writers_released:
+            started = time.monotonic()
+            async with self._condition():
+                await self._condition().wait_for(
+                    lambda: self._writers_released or not self._policy.policy.rollout_ahead())
+            self.writer_wait_seconds += time.monotonic() - started
+
+    async def release_writers(self) -> None:
+        """Answer every registration at once from now on (the run is stopping: nobody will sample any more)."""
+        self._writers_released = True
+        await self._notify()
+
+    async def _notify(self) -> None:
+        """Wake the calls waiting for a change: samplers for fresh chunks, paced writers for sampled ones."""
         async with self._condition():
             self._condition().notify_all()
 
@@ -114,6 +137,7 @@ class ReplayBufferActor:
                 descriptors = self._policy.sample(n_chunks)
                 self._delete_released()
                 if descriptors is not None:
+                    condition.notify_all()  # paced writers may go on
                     return descriptors
                 remaining = deadline - loop.time()
                 if remaining <= 0:
@@ -131,6 +155,7 @@ class ReplayBufferActor:
         """The trainer's current policy version; chunks more than ``max_staleness`` behind are dropped."""
         self._policy.update_version(version)
         self._delete_released()
+        await self._notify()  # stale chunks left: paced writers may go on
 
     async def report_corrupt(self, fragment_ids: Sequence[int]) -> int:
         """A reader could not decode these records: drop their chunks. Returns fragments removed."""
@@ -138,6 +163,7 @@ class ReplayBufferActor:
         logger.warning("replay buffer: dropped %d fragments of chunks with unreadable records %s", removed,
                        list(fragment_ids))
         self._delete_released()
+        await self._notify()
         return removed
 
     async def metrics(self) -> dict[str, float]:
@@ -175,6 +201,7 @@ class ReplayBufferActor:
         metrics["replay/duplicate_registrations"] = float(self._policy.duplicate_registrations)
         metrics["replay/remote_fragments_written"] = float(self.remote_records_written)
         metrics["replay/remote_bytes_written"] = float(self.remote_bytes_written)
+        metrics["replay/writer_wait_s"] = self.writer_wait_seconds
         return metrics
 
     def _delete_released(self) -> None:

@@ -56,6 +56,9 @@ class BufferSettings:
     # Descriptors returned by a sample call stay readable for this many further sample calls, so a trainer
     # that samples the next iteration while still reading the current one never reads a deleted record.
     read_grace_samples: int = 2
+    # 0: writers are answered at once. n > 0: a registration is answered once fewer than n chunks await their
+    # first sample, so a rollout faster than its trainer waits instead of making experience that goes stale.
+    max_unsampled_chunks: int = 0
 
     def __post_init__(self) -> None:
         _require_int(self.max_chunks, "replay_buffer_config.max_chunks", 1)
@@ -65,6 +68,7 @@ class BufferSettings:
         _require_int(self.fragments_per_chunk, "replay_buffer_config.fragments_per_chunk", 1)
         _require_int(self.seed, "seed", 0)
         _require_int(self.read_grace_samples, "read_grace_samples", 1)
+        _require_int(self.max_unsampled_chunks, "replay_buffer_config.max_unsampled_chunks", 0)
         _require(isinstance(self.store, StoreSettings), "replay_buffer_config.database_config",
                  "a StoreSettings", self.store)
 
@@ -88,7 +92,7 @@ def buffer_settings_from(section: Any, *, seed: int = 0, **overrides: Any) -> Bu
                 store_fields[name] = value
     values: dict[str, Any] = {"store": StoreSettings(**store_fields), "seed": seed}
     for name in ("max_chunks", "max_reuse", "max_staleness", "fragments_per_report", "fragments_per_chunk",
-                 "read_grace_samples"):
+                 "read_grace_samples", "max_unsampled_chunks"):
         value = get(name, None)
         if value is not None:
             values[name] = value

@@ -20,6 +20,8 @@ Rules (each one tested in tests/replay/test_policy_properties.py):
   what it sampled never finds a hole. ``take_deletable()`` hands out the ids whose records may now go.
 * Sampling is uniform without replacement among fresh chunks, from a generator seeded once: the same seed and
   the same sequence of calls give the same samples.
+* Pacing: with ``max_unsampled_chunks`` n > 0, :meth:`rollout_ahead` is True while n or more live chunks wait
+  for their first sample; the buffer actor then holds its writers (the rule is here, the waiting there).
 """
 
 from __future__ import annotations
@@ -90,11 +92,13 @@ class BufferPolicy:
     """The replay buffer's state machine; see the module docstring for the rules it enforces."""
 
     def __init__(self, max_chunks: int, max_reuse: int = 2, max_staleness: int = 2, fragments_per_chunk: int = 1,
-                 fragments_per_report: int = 40, seed: int = 0, read_grace_samples: int = 2) -> None:
+                 fragments_per_report: int = 40, seed: int = 0, read_grace_samples: int = 2,
+                 max_unsampled_chunks: int = 0) -> None:
         settings = BufferSettings(max_chunks=max_chunks, max_reuse=max_reuse, max_staleness=max_staleness,
                                   fragments_per_chunk=fragments_per_chunk,
                                   fragments_per_report=fragments_per_report, seed=seed,
-                                  read_grace_samples=read_grace_samples)  # validates every limit
+                                  read_grace_samples=read_grace_samples,
+                                  max_unsampled_chunks=max_unsampled_chunks)  # validates every limit
         self.settings = settings
         self._rng = np.random.Generator(np.random.PCG64(seed))
         self._version = 0
@@ -114,7 +118,8 @@ class BufferPolicy:
     @classmethod
     def from_settings(cls, settings: BufferSettings) -> "BufferPolicy":
         return cls(settings.max_chunks, settings.max_reuse, settings.max_staleness, settings.fragments_per_chunk,
-                   settings.fragments_per_report, settings.seed, settings.read_grace_samples)
+                   settings.fragments_per_report, settings.seed, settings.read_grace_samples,
+                   settings.max_unsampled_chunks)
 
     # ----------------------------------------------------------------------------------------------- queries
     @property
@@ -131,6 +136,15 @@ class BufferPolicy:
 
     def fresh_chunk_count(self) -> int:
         return sum(1 for chunk in self._chunks.values() if self._is_fresh(chunk))
+
+    def unsampled_chunk_count(self) -> int:
+        """Live chunks not sampled yet: the experience the rollout has made ahead of the trainer."""
+        return sum(1 for chunk in self._chunks.values() if chunk.uses == 0)
+
+    def rollout_ahead(self) -> bool:
+        """True while writers should wait: ``max_unsampled_chunks`` > 0 and that many chunks await a first sample."""
+        limit = self.settings.max_unsampled_chunks
+        return limit > 0 and self.unsampled_chunk_count() >= limit
 
     def _is_fresh(self, chunk: _Chunk) -> bool:
         return self._version - chunk.version <= self.settings.max_staleness
@@ -275,6 +289,7 @@ class BufferPolicy:
         out: dict[str, float] = {
             "replay/size_chunks": len(self._chunks),
             "replay/fresh_chunks": self.fresh_chunk_count(),
+            "replay/unsampled_chunks": self.unsampled_chunk_count(),
             "replay/trainer_version": self._version,
             "replay/sample_calls": self._sample_calls,
             "replay/chunks_sampled": self._chunks_sampled,

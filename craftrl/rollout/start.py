@@ -54,6 +54,11 @@ def stop_rollout_system(timeout: float = 75.0) -> dict[str, float] | None:
     deadline = time.monotonic() + timeout
     handles = {name: find(name) for name in (ROLLOUT_MANAGER, EPISODE_STATISTICS, REPLAY_BUFFER)}
     handles = {name: handle for name, handle in handles.items() if handle is not None}
+    if REPLAY_BUFFER in handles:  # paced writers are answered from now on, so workers can deliver what they hold
+        try:
+            ray.get(handles[REPLAY_BUFFER].release_writers.remote(), timeout=REPLAY_FINAL_S)
+        except Exception as error:
+            logger.warning("the replay buffer did not release its writers: %s", error)
     for name, handle in handles.items():
         started = time.monotonic()
         # the replay buffer's last flush and accounting always get a few seconds, whatever the manager took

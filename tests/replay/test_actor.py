@@ -8,6 +8,7 @@ import pytest
 from craftrl.replay.actor import start_replay_buffer
 from craftrl.replay.client import ReplayWriter
 from craftrl.replay.codec import encode_fragment
+from craftrl.replay.policy import FragmentMeta
 from craftrl.replay.config import BufferSettings, StoreSettings
 from craftrl.replay.reader import ReaderPool
 from craftrl.replay.store import FragmentStore
@@ -155,4 +156,42 @@ def test_a_writer_off_the_stores_node_sends_its_records_through_the_actor(ray_se
         assert encode_fragment(read[(fragment.env_id, fragment.index)]) == encode_fragment(fragment)
     writer.close()
     local.close()
+    ray.kill(buffer)
+
+
+def test_paced_writers_wait_for_the_trainer_and_are_released_at_stop(ray_session, tmp_path):
+    """max_unsampled_chunks 2: a registration is taken at once (the trainer can sample it) but answered only once
+    fewer than 2 chunks await their first sample; a version update that leaves them stale, or release_writers,
+    answers too."""
+    ray = ray_session
+    settings = BufferSettings(max_chunks=8, max_reuse=1, max_staleness=1, max_unsampled_chunks=2,
+                              store=StoreSettings(path=str(tmp_path / "db"), num_shards=1, max_fragment_bytes=1 << 16))
+    buffer = start_replay_buffer(settings, name=f"replay-{uuid.uuid4().hex[:8]}")
+
+    def register(fragment_id: int, env_id: str, version: int = 0):
+        return buffer.add_fragments.remote([FragmentMeta(fragment_id, env_id, 0, version)])
+
+    def answered(call, within: float) -> bool:
+        return bool(ray.wait([call], timeout=within)[0])
+
+    assert answered(register(1, "a"), 5.0)
+    held = register(2, "b")
+    assert not answered(held, 0.5)
+    assert ray.get(buffer.metrics.remote())["replay/unsampled_chunks"] == 2  # registered, only the answer waits
+    assert len(ray.get(buffer.sample_chunks.remote(1, timeout_s=5))) == 1
+    assert answered(held, 5.0)
+
+    held = register(3, "c")
+    assert not answered(held, 0.5)
+    ray.get(buffer.update_version.remote(2))  # both left over are now stale
+    assert answered(held, 5.0)
+
+    assert answered(register(4, "d", version=2), 5.0)
+    held = register(5, "e", version=2)
+    assert not answered(held, 0.5)
+    ray.get(buffer.release_writers.remote())
+    assert answered(held, 5.0)
+    assert answered(register(6, "f", version=2), 5.0)  # released for good
+    metrics = ray.get(buffer.metrics.remote())
+    assert metrics["replay/unsampled_chunks"] == 3 and metrics["replay/writer_wait_s"] >= 1.5
     ray.kill(buffer)

@@ -103,8 +103,31 @@ def test_same_seed_same_samples_other_seed_other_samples():
     assert draw(1) != draw(2)
 
 
+def test_rollout_is_ahead_while_max_unsampled_chunks_await_a_first_sample():
+    policy = BufferPolicy(max_chunks=8, max_reuse=2, max_staleness=1, max_unsampled_chunks=2)
+    policy.add(meta(0, "a", 0))
+    assert policy.unsampled_chunk_count() == 1 and not policy.rollout_ahead()
+    policy.add(meta(1, "b", 0))
+    assert policy.rollout_ahead()
+    policy.sample(1)  # one of them trained on once: it no longer counts, though it may be sampled again
+    assert policy.unsampled_chunk_count() == 1 and not policy.rollout_ahead()
+    policy.add(meta(2, "c", 0))
+    assert policy.rollout_ahead()
+    policy.update_version(2)  # everything stale: nothing is ahead any more
+    assert policy.unsampled_chunk_count() == 0 and not policy.rollout_ahead()
+    assert policy.metrics()["replay/unsampled_chunks"] == 0
+
+
+def test_without_max_unsampled_chunks_the_rollout_is_never_ahead():
+    policy = BufferPolicy(max_chunks=8)
+    for i in range(8):
+        policy.add(meta(i, f"e{i}", 0))
+    assert policy.unsampled_chunk_count() == 8 and not policy.rollout_ahead()
+
+
 @pytest.mark.parametrize("bad", [{"max_chunks": 0}, {"max_chunks": 2, "max_reuse": 0},
-                                 {"max_chunks": 2, "max_staleness": -1}, {"max_chunks": 2.5}])
+                                 {"max_chunks": 2, "max_staleness": -1}, {"max_chunks": 2.5},
+                                 {"max_chunks": 2, "max_unsampled_chunks": -1}])
 def test_bad_limits_name_the_key(bad):
     with pytest.raises(ValueError, match="expected an int >="):
         BufferPolicy(**bad)

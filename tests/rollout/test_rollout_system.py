@@ -97,3 +97,52 @@ def test_a_killed_rollout_manager_or_statistics_actor_is_restarted_and_rollouts_
                  lambda: ray.get(handles.statistics.summary.remote())["episodes/total"] > 0)
     finally:
         assert stop_rollout_system()
+
+
+def test_paced_rollouts_stop_stepping_until_the_trainer_samples_and_still_stop_cleanly(ray_session, tmp_path):
+    """max_unsampled_chunks 4: with no trainer sampling, the worker stops cutting fragments after about that many
+    (plus what its queue and the held registration carry); a sample lets it go on; the stop releases it, and
+    every fragment it cut is delivered."""
+    ray = ray_session
+    config = build_config({
+        "detach_rollout_manager": False,
+        "rollout_config": {
+            "num_rollout_workers": 1, "num_cpus_per_worker": 0, "fragment_length": 4, "to_send_queue_size": 1,
+            "worker_config": {"num_envs": 2, "batch_size": 2, "envs_per_process": 2,
+                              "video_output_dir": str(tmp_path / "videos")},
+            "replay_buffer_config": {"max_chunks": 50, "max_reuse": 1, "max_staleness": 100,
+                                     "max_unsampled_chunks": 4,
+                                     "database_config": {"path": str(tmp_path / "replay"), "num_shards": 1}},
+        },
+        "train_config": {"batch_size_per_gpu": 2, "batches_per_iteration": 2},
+    })
+    handles = start_rollout_system(counting_policy_generator, functools.partial(ScriptedEnv, episode_length=3),
+                                   config)
+
+    def emitted() -> int:
+        return int(ray.get(handles.manager.status.remote())["rollout/fragments_emitted"])
+
+    def settled() -> int:
+        """Fragments cut once the count stops moving for 2 s."""
+        last, deadline = -1, time.monotonic() + 60
+        while time.monotonic() < deadline:
+            now = emitted()
+            if now == last:
+                return now
+            last = now
+            time.sleep(2.0)
+        raise AssertionError(f"the paced worker kept cutting fragments: {last}")
+
+    try:
+        held_back = settled()
+        # 4 registered before the buffer held the answer, a group's 2 in the held registration, 1 in the send
+        # queue, up to 2 waiting to enter it
+        assert 4 <= held_back <= 9, held_back
+        assert ray.get(handles.replay.metrics.remote())["replay/unsampled_chunks"] >= 4
+        ray.get(handles.replay.sample_chunks.remote(4, timeout_s=10))
+        assert settled() > held_back
+    finally:
+        accounting = stop_rollout_system(timeout=40.0)
+    assert accounting["rollout/fragments_dropped"] == 0
+    assert accounting["rollout/fragments_sent"] == accounting["rollout/fragments_emitted"]
+    assert accounting["stop/rollout_manager_s"] < 20.0  # released, not drained to the 30 s timeout
