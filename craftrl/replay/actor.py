@@ -13,10 +13,10 @@ answered (``max_task_retries=-1``); the restarted actor keeps the store and rebu
 journal (:mod:`craftrl.replay.journal`), so writers and the trainer only notice a pause, and the restart is
 counted in ``replay/restarts`` and logged.
 
-Pacing (``max_unsampled_chunks`` > 0): a registration is taken at once, so the trainer can always sample it, but
-answered only once fewer than that many chunks await their first sample. A writer sends its next registration
-only after the previous one is answered, so its send queue fills and its worker stops stepping envs: the rollout
-runs at most about one iteration ahead of a slower trainer instead of making experience that goes stale unused.
+Pacing (``max_unsampled_chunks`` n > 0): a registration's fragments are taken only while fewer than n chunks
+await their first sample, and the call is answered once all are taken. A writer sends its next registration only
+after the previous one is answered, so its send queue fills and its worker stops stepping envs: the rollout runs
+about one iteration ahead of a slower trainer instead of making experience that goes stale unused.
 :meth:`release_writers` ends the pacing when the run stops, so workers can deliver what they hold.
 """
 
@@ -85,20 +85,38 @@ class ReplayBufferActor:
         return ray.get_runtime_context().get_node_id()
 
     async def add_fragments(self, metas: Sequence[FragmentMeta]) -> None:
-        """Register fragments whose records the caller has already put into the store."""
+        """Register fragments whose records the caller has already put into the store.
+
+        Paced (``max_unsampled_chunks`` n > 0), they are registered one at a time, each once fewer than n chunks
+        await their first sample, and the call is answered when the last one is: the buffer then never holds
+        more than n unsampled chunks, so a trainer that samples n per iteration leaves none of them to go stale.
+        """
+        if not self._pacing():
+            self._register(metas)
+            await self._notify()
+            return
+        for meta in metas:
+            if self._writers_held():
+                started = time.monotonic()
+                async with self._condition():
+                    await self._condition().wait_for(lambda: not self._writers_held())
+                self.writer_wait_seconds += time.monotonic() - started
+            self._register([meta])
+            await self._notify()
+
+    def _register(self, metas: Sequence[FragmentMeta]) -> None:
         report_due = self._policy.add(metas)
         if self._disk.written(meta.stored_nbytes for meta in metas):
             logger.error("replay buffer: %s", self._disk.error)
         if report_due:
             self._report()
         self._delete_released()
-        await self._notify()
-        if self._policy.policy.rollout_ahead() and not self._writers_released:
-            started = time.monotonic()
-            async with self._condition():
-                await self._condition().wait_for(
-                    lambda: self._writers_released or not self._policy.policy.rollout_ahead())
-            self.writer_wait_seconds += time.monotonic() - started
+
+    def _pacing(self) -> bool:
+        return self._policy.policy.settings.max_unsampled_chunks > 0 and not self._writers_released
+
+    def _writers_held(self) -> bool:
+        return not self._writers_released and self._policy.policy.rollout_ahead()
 
     async def release_writers(self) -> None:
         """Answer every registration at once from now on (the run is stopping: nobody will sample any more)."""

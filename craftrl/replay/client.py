@@ -9,7 +9,8 @@ network once. Either way a registration is sent without waiting for its answer, 
 submission order, and fragments of one env must arrive in index order (a reordered pair would be refused as
 ``out_of_order``). ``add_fragments`` registers a batch in one call, in list order: the envs of a rollout group
 start together, so their fragments end on the same step, and one call for all of them spares the buffer actor most
-of its per-call cost (Ray's, not its own work).
+of its per-call cost (Ray's, not its own work). A paced buffer (``max_unsampled_chunks``) holds the answer while
+the trainer is behind, so the next ``add_fragments`` waits, and with it the worker that calls it.
 
 When the buffer actor dies, Ray restarts it and retries the registration; should the call still fail, the
 writer re-sends the *same* registration (same fragment id, record already stored) until ``retry_timeout_s``:

@@ -160,38 +160,43 @@ def test_a_writer_off_the_stores_node_sends_its_records_through_the_actor(ray_se
 
 
 def test_paced_writers_wait_for_the_trainer_and_are_released_at_stop(ray_session, tmp_path):
-    """max_unsampled_chunks 2: a registration is taken at once (the trainer can sample it) but answered only once
-    fewer than 2 chunks await their first sample; a version update that leaves them stale, or release_writers,
-    answers too."""
+    """max_unsampled_chunks 2: a fragment is taken only while fewer than 2 chunks await their first sample, and a
+    call is answered once all of its fragments are taken; a sample, a version update that leaves chunks stale, or
+    release_writers lets held calls go on."""
     ray = ray_session
     settings = BufferSettings(max_chunks=8, max_reuse=1, max_staleness=1, max_unsampled_chunks=2,
                               store=StoreSettings(path=str(tmp_path / "db"), num_shards=1, max_fragment_bytes=1 << 16))
     buffer = start_replay_buffer(settings, name=f"replay-{uuid.uuid4().hex[:8]}")
 
-    def register(fragment_id: int, env_id: str, version: int = 0):
-        return buffer.add_fragments.remote([FragmentMeta(fragment_id, env_id, 0, version)])
+    def register(*fragments: tuple[int, str], version: int = 0):
+        return buffer.add_fragments.remote([FragmentMeta(fid, env, 0, version) for fid, env in fragments])
 
     def answered(call, within: float) -> bool:
         return bool(ray.wait([call], timeout=within)[0])
 
-    assert answered(register(1, "a"), 5.0)
-    held = register(2, "b")
-    assert not answered(held, 0.5)
-    assert ray.get(buffer.metrics.remote())["replay/unsampled_chunks"] == 2  # registered, only the answer waits
-    assert len(ray.get(buffer.sample_chunks.remote(1, timeout_s=5))) == 1
-    assert answered(held, 5.0)
+    def unsampled() -> int:
+        return int(ray.get(buffer.metrics.remote())["replay/unsampled_chunks"])
 
-    held = register(3, "c")
+    held = register((1, "a"), (2, "b"), (3, "c"))
     assert not answered(held, 0.5)
-    ray.get(buffer.update_version.remote(2))  # both left over are now stale
-    assert answered(held, 5.0)
+    assert unsampled() == 2  # the third fragment waits: the buffer never holds more than 2 unsampled chunks
+    assert len(ray.get(buffer.sample_chunks.remote(2, timeout_s=5))) == 2
+    assert answered(held, 5.0) and unsampled() == 1
 
-    assert answered(register(4, "d", version=2), 5.0)
-    held = register(5, "e", version=2)
+    assert answered(register((4, "d")), 5.0)
+    held = register((5, "e"))
+    assert not answered(held, 0.5)
+    ray.get(buffer.update_version.remote(2))  # both unsampled chunks are now stale
+    assert answered(held, 5.0) and unsampled() == 0  # "e" was stale on arrival
+
+    assert answered(register((6, "f"), (7, "g"), version=2), 5.0)
+    held = register((8, "h"), version=2)
     assert not answered(held, 0.5)
     ray.get(buffer.release_writers.remote())
     assert answered(held, 5.0)
-    assert answered(register(6, "f", version=2), 5.0)  # released for good
+    assert answered(register((9, "i"), version=2), 5.0)  # released for good
     metrics = ray.get(buffer.metrics.remote())
-    assert metrics["replay/unsampled_chunks"] == 3 and metrics["replay/writer_wait_s"] >= 1.5
+    assert metrics["replay/unsampled_chunks"] == 4 and metrics["replay/writer_wait_s"] >= 1.5
+    counts = ray.get(buffer.accounting.remote())
+    assert counts["added"] == 9 and counts["unaccounted"] == 0
     ray.kill(buffer)
