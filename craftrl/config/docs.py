@@ -39,7 +39,7 @@ Relative paths (`train_config.save_path`, `rollout_config.worker_config.video_ou
 | `logger_config` | any wandb kwargs | `wandb.init(**logger_config)` | typed keys; wandb only when `project` is set |
 
 Keys craftrl adds: `seed`, `output_root`, `worker_config.step_timeout`, `worker_config.reset_timeout`,
-`episode_statistics_config.moving_window`, `replay_buffer_config.read_grace_samples`,
+`episode_statistics_config.moving_window`, `replay_buffer_config.{read_grace_samples, max_unsampled_chunks}`,
 `database_config.{max_fragment_bytes, compression_level}`, `train_config.num_cpus_per_worker`, `train_config.use_amp`, `train_config.ref_update_rate`,
 `logger_config.{entity, wandb_mode, console_interval}`, and the `ray_config` section.
 """
