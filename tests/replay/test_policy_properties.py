@@ -16,6 +16,7 @@ limits = st.fixed_dictionaries({
     "read_grace_samples": st.integers(1, 3),
     "fragments_per_report": st.integers(1, 5),
     "seed": st.integers(0, 2**32),
+    "max_unsampled_chunks": st.integers(0, 4),
 })
 # add: env, index step (0 repeats, 1 continues, 2 skips, -1 goes back), versions behind the trainer
 add_op = st.tuples(st.just("add"), st.sampled_from("abc"), st.sampled_from([1, 1, 1, 1, 1, 1, 0, 2, -1]),
@@ -73,6 +74,10 @@ def run(limit_values: dict, operations: list) -> list:
             if added_ids:
                 policy.remove_fragments([added_ids[op[1] % len(added_ids)]])
         assert policy.num_chunks <= max_chunks
+        unsampled = sum(1 for chunk_id in policy.chunk_ids() if times_sampled[chunk_id] == 0)
+        assert policy.unsampled_chunk_count() == unsampled
+        pacing = limit_values["max_unsampled_chunks"]
+        assert policy.rollout_ahead() == (pacing > 0 and unsampled >= pacing)
         assert policy.chunk_ids() == sorted(policy.chunk_ids()), "chunks stay in admission order"
         counts = policy.accounting()
         assert counts["unaccounted"] == 0
