@@ -201,3 +201,8 @@ class OnlineConfig:
     logger_config: LoggerConfig = section(LoggerConfig, "Where metrics go.")
     ray_config: RayConfig = section(RayConfig, "How Ray is started or joined.")
 
+    def chunks_per_iteration(self) -> int:
+        """Chunks one train worker samples from the replay buffer per iteration."""
+        train, buffer = self.train_config, self.rollout_config.replay_buffer_config
+        return max(1, train.batch_size_per_gpu * train.batches_per_iteration // buffer.fragments_per_chunk)
+

@@ -203,7 +203,7 @@ def cross_field_problems(config: OnlineConfig) -> list[str]:
             f"({int(chunks_per_batch * max(train.num_workers, 1))}), got {buffer.max_chunks}"
         )
     else:
-        per_iteration = train.batch_size_per_gpu * train.batches_per_iteration // buffer.fragments_per_chunk
+        per_iteration = config.chunks_per_iteration()
         if buffer.max_unsampled_chunks and not per_iteration <= buffer.max_unsampled_chunks <= buffer.max_chunks:
             problems.append(
                 f"rollout_config.replay_buffer_config.max_unsampled_chunks: expected 0 or between the chunks one "

@@ -144,10 +144,6 @@ class _Run:
 
     # ------------------------------------------------------------------ per iteration
 
-    def chunks_per_iteration(self) -> int:
-        buffer = self.online.rollout_config.replay_buffer_config
-        return max(1, self.train.batch_size_per_gpu * self.train.batches_per_iteration // buffer.fragments_per_chunk)
-
     def fetch(self) -> list[Any]:
         descriptors = self._sample()
         fragments = [f for result in self.readers.read(descriptors) if result.ok for f in result.fragments]
@@ -163,7 +159,7 @@ class _Run:
         while True:
             wait = min(DATA_CHECK_S, DATA_TIMEOUT_S - waited)
             try:
-                return ray.get(self.replay.sample_chunks.remote(self.chunks_per_iteration(), timeout_s=wait))
+                return ray.get(self.replay.sample_chunks.remote(self.online.chunks_per_iteration(), timeout_s=wait))
             except TimeoutError:
                 waited += wait
                 if waited >= DATA_TIMEOUT_S:
