@@ -8,7 +8,7 @@ unlocked at least once, and the score is the geometric mean over the 22 achievem
 ``exp(mean(ln(1 + s_i))) - 1`` with ``s_i`` in percent. The episodes scored are the ones that together make
 up the first ``--env-steps`` env steps, in the order they finished.
 
-    python bench/crafter_score.py --write-results                  # ~15 min on 2 cores, run in background
+    python bench/crafter_score.py --write-results                  # ~27 min on 2 cores, run in background
     python bench/crafter_score.py --config craftrl.configs.crafter_resnet --seeds 0 1 2 --concurrent  # a GPU
     python bench/crafter_score.py --runs runs/bench_crafter_score/crafter-score-...   # re-score runs
 

@@ -20,8 +20,8 @@ return where their rollouts of 512 steps did.
     python bench/crafter_score.py --config craftrl.configs.crafter_resnet --seeds 0 1 2
 
 On one H100 running three seeds at once (~1000 env steps/s each, the GPU the bottleneck) it scored 7.2 % after
-~437k env steps, against 4.5 % for ``craftrl.configs.crafter_score`` at the same count; its 1M score is not
-measured yet (bench/notes/crafter_score.md).
+~437k env steps, against 6.7 % for ``craftrl.configs.crafter_score`` (its settings with a wide tile policy, on
+2 cores) at the same count; its 1M score is not measured yet (bench/notes/crafter_score.md).
 """
 
 online_dict = {
