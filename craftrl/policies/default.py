@@ -130,11 +130,13 @@ class TileEncoder(nn.Module):
     Why: Crafter draws its 9x9 grid (a 9x7 map above a 9x2 inventory) in 7-pixel tiles from pixel 0. A strided
     CNN's receptive fields straddle tiles, so it has to learn what a tile is before what is on it; a
     tile-aligned first layer sees exactly one tile per position, and the dense layer keeps where each tile is
-    relative to the player. ``channels`` = (per-tile, per-neighbourhood) widths.
+    relative to the player. ``channels`` = (per-tile, per-neighbourhood) widths. ``norm`` adds a one-group
+    GroupNorm before the neighbourhood convolution and a LayerNorm before the dense layer, as ``ImpalaEncoder``
+    does.
     """
 
     def __init__(self, image_shape: tuple[int, int, int], channels: tuple[int, ...] = (32, 32),
-                 out_features: int = 256, tile_size: int = 7) -> None:
+                 out_features: int = 256, tile_size: int = 7, norm: bool = False) -> None:
         super().__init__()
         if len(channels) != 2:
             raise ValueError(f"TileEncoder channels: expected 2 values, got {channels!r}")
@@ -143,13 +145,16 @@ class TileEncoder(nn.Module):
         if min(rows, columns) < 1:
             raise ValueError(f"TileEncoder: image {image_shape[:2]} is smaller than one {tile_size}-pixel tile")
         self.tile = _orthogonal(nn.Conv2d(in_channels, channels[0], tile_size, tile_size))
+        self.neighbourhood_norm = _group_norm(channels[0], norm)
         self.neighbourhood = _orthogonal(nn.Conv2d(channels[0], channels[1], 3, padding=1))
-        self.dense = _orthogonal(nn.Linear(channels[1] * rows * columns, out_features))
+        flat = channels[1] * rows * columns
+        self.dense_norm = nn.LayerNorm(flat) if norm else nn.Identity()
+        self.dense = _orthogonal(nn.Linear(flat, out_features))
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         x = images.permute(0, 3, 1, 2).float().mul_(1.0 / 255.0)
-        x = F.relu(self.neighbourhood(F.relu(self.tile(x))))
-        return F.relu(self.dense(x.flatten(1)))
+        x = F.relu(self.neighbourhood(self.neighbourhood_norm(F.relu(self.tile(x)))))
+        return F.relu(self.dense(self.dense_norm(x.flatten(1))))
 
 
 ENCODERS = {"impala": ImpalaEncoder, "nature": NatureEncoder, "tiles": TileEncoder}
@@ -164,7 +169,7 @@ class ImpalaRecurrentPolicy(Policy):
     ``[B, T]`` in ``[0, num_actions)``.
 
     ``encoder_features`` is the width of the encoder's output (``hidden_size`` when None), which the MLP widens
-    or narrows to ``hidden_size``. ``encoder_norm`` (Impala CNN only) normalises inside the encoder (see
+    or narrows to ``hidden_size``. ``encoder_norm`` (Impala CNN and tile encoder) normalises inside the encoder (see
     ``ImpalaEncoder``) and layer-normalises the MLP's input; with channels 64/128/128, ``encoder_features`` 256,
     ``hidden_size`` 1024 and no recurrent core it is the policy of Moon et al.'s Crafter PPO.
 
@@ -184,11 +189,13 @@ class ImpalaRecurrentPolicy(Policy):
             raise ValueError(f"encoder: expected one of {sorted(ENCODERS)}, got {encoder!r}")
         if recurrent not in ("lstm", "gru", "none"):
             raise ValueError(f"recurrent: expected 'lstm', 'gru' or 'none', got {recurrent!r}")
-        if encoder_norm and encoder != "impala":
-            raise ValueError(f"encoder_norm: only the 'impala' encoder has one, got encoder={encoder!r}")
+        if encoder_norm and encoder == "nature":
+            raise ValueError("encoder_norm: only the 'impala' and 'tiles' encoders have one, got encoder='nature'")
         self.image_key = image_key
         encoder_features = encoder_features or hidden_size
-        extra = {"tile_size": tile_size} if encoder == "tiles" else {"norm": True} if encoder_norm else {}
+        extra = {"tile_size": tile_size} if encoder == "tiles" else {}
+        if encoder_norm:
+            extra["norm"] = True
         self.encoder = ENCODERS[encoder](tuple(image_shape), tuple(channels), encoder_features, **extra)
         self.mlp_norm = nn.LayerNorm(encoder_features) if encoder_norm else nn.Identity()
         self.mlp = _orthogonal(nn.Linear(encoder_features, hidden_size))

@@ -133,6 +133,28 @@ def test_encoder_norm_is_moon_et_als_impala_cnn_and_ignores_the_image_scale_past
     assert not torch.allclose(plain.encoder(images), before, atol=1e-2)
 
 
+def test_tile_encoder_norm_ignores_the_scale_of_the_per_tile_features():
+    """``encoder_norm`` on the tile encoder: a one-group GroupNorm between the per-tile and the neighbourhood
+    convolutions and a LayerNorm before the dense layer, so the per-tile layer's scale does not reach the rest."""
+    torch.manual_seed(0)
+    policy = default_policy_generator(encoder="tiles", channels=(8, 16), encoder_features=32, hidden_size=64,
+                                      recurrent="none", encoder_norm=True).eval()
+    assert policy.encoder.neighbourhood_norm.num_groups == 1 and isinstance(policy.mlp_norm, torch.nn.LayerNorm)
+    images = _images()["image"][:, 0]
+    features = policy.encoder(images)
+    with torch.no_grad():
+        policy.encoder.tile.weight.mul_(10.0)
+        policy.encoder.tile.bias.mul_(10.0)
+    torch.testing.assert_close(policy.encoder(images), features, atol=1e-4, rtol=1e-4)
+    plain = default_policy_generator(encoder="tiles", channels=(8, 16), encoder_features=32, hidden_size=64,
+                                     recurrent="none")
+    assert isinstance(plain.encoder.neighbourhood_norm, torch.nn.Identity)
+    before = plain.encoder(images)
+    with torch.no_grad():
+        plain.encoder.tile.weight.mul_(10.0)
+    assert not torch.allclose(plain.encoder(images), before, atol=1e-2)
+
+
 def test_feed_forward_variant_has_empty_state_and_independent_steps():
     torch.manual_seed(0)
     policy = default_policy_generator(encoder="nature", channels=(16, 32, 32), recurrent="none").eval()
