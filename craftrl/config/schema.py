@@ -205,4 +205,3 @@ class OnlineConfig:
         """Chunks one train worker samples from the replay buffer per iteration."""
         train, buffer = self.train_config, self.rollout_config.replay_buffer_config
         return max(1, train.batch_size_per_gpu * train.batches_per_iteration // buffer.fragments_per_chunk)
-

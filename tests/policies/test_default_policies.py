@@ -105,6 +105,16 @@ def test_tile_encoder_sees_one_crafter_tile_per_position():
     assert torch.equal(moved, expected)
 
 
+def _encoder_output_before_and_after_scaling(policy, layer: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
+    """The encoder's features for fixed frames, then again after ``layer``'s weight and bias are scaled 10x."""
+    images = _images()["image"][:, 0]
+    before = policy.encoder(images)
+    with torch.no_grad():
+        layer.weight.mul_(10.0)
+        layer.bias.mul_(10.0)
+    return policy.encoder(images), before
+
+
 def test_encoder_norm_is_moon_et_als_impala_cnn_and_ignores_the_image_scale_past_the_first_convolution():
     """Moon et al.'s Crafter PPO: a one-group GroupNorm before every convolution but the first, after every
     pool and a LayerNorm before the dense layers; the encoder's width apart from the heads' (256 vs 1024)."""
@@ -120,17 +130,11 @@ def test_encoder_norm_is_moon_et_als_impala_cnn_and_ignores_the_image_scale_past
     assert policy.encoder.dense.out_features == 32 and policy.mlp.in_features == 32
     assert policy.mlp.out_features == 64 and policy.pi_head.linear_layer.in_features == 64
     # what the norms buy: the first stack's output scaled 10x leaves the features unchanged (without: changed)
-    images = _images()["image"][:, 0]
-    features = policy.encoder(images)
-    with torch.no_grad():
-        stacks[0].conv.weight.mul_(10.0)
-        stacks[0].conv.bias.mul_(10.0)
-    torch.testing.assert_close(policy.encoder(images), features, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(*_encoder_output_before_and_after_scaling(policy, stacks[0].conv), atol=1e-4,
+                               rtol=1e-4)
     plain = default_policy_generator(channels=(8, 16, 16), encoder_features=32, hidden_size=64, recurrent="none")
-    before = plain.encoder(images)
-    with torch.no_grad():
-        plain.encoder.stacks[0].conv.weight.mul_(10.0)
-    assert not torch.allclose(plain.encoder(images), before, atol=1e-2)
+    assert not torch.allclose(*_encoder_output_before_and_after_scaling(plain, plain.encoder.stacks[0].conv),
+                              atol=1e-2)
 
 
 def test_tile_encoder_norm_ignores_the_scale_of_the_per_tile_features():
@@ -140,19 +144,12 @@ def test_tile_encoder_norm_ignores_the_scale_of_the_per_tile_features():
     policy = default_policy_generator(encoder="tiles", channels=(8, 16), encoder_features=32, hidden_size=64,
                                       recurrent="none", encoder_norm=True).eval()
     assert policy.encoder.neighbourhood_norm.num_groups == 1 and isinstance(policy.mlp_norm, torch.nn.LayerNorm)
-    images = _images()["image"][:, 0]
-    features = policy.encoder(images)
-    with torch.no_grad():
-        policy.encoder.tile.weight.mul_(10.0)
-        policy.encoder.tile.bias.mul_(10.0)
-    torch.testing.assert_close(policy.encoder(images), features, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(*_encoder_output_before_and_after_scaling(policy, policy.encoder.tile), atol=1e-4,
+                               rtol=1e-4)
     plain = default_policy_generator(encoder="tiles", channels=(8, 16), encoder_features=32, hidden_size=64,
                                      recurrent="none")
     assert isinstance(plain.encoder.neighbourhood_norm, torch.nn.Identity)
-    before = plain.encoder(images)
-    with torch.no_grad():
-        plain.encoder.tile.weight.mul_(10.0)
-    assert not torch.allclose(plain.encoder(images), before, atol=1e-2)
+    assert not torch.allclose(*_encoder_output_before_and_after_scaling(plain, plain.encoder.tile), atol=1e-2)
 
 
 def test_feed_forward_variant_has_empty_state_and_independent_steps():
