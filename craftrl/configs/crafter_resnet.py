@@ -19,9 +19,9 @@ return where their rollouts of 512 steps did.
 
     python bench/crafter_score.py --config craftrl.configs.crafter_resnet --seeds 0 1 2
 
-On one H100 running three seeds at once (~1000 env steps/s each, the GPU the bottleneck) it scored 7.2 % after
-~437k env steps, against 6.7 % for ``craftrl.configs.crafter_score`` (its settings with a wide tile policy, on
-2 cores) at the same count; its 1M score is not measured yet (bench/notes/crafter_score.md).
+On one H200 with 16 cores (~2750 env steps/s, 1M env steps in ~6.5 minutes) it scored 13.5 and 13.7 % on two
+seeds, against 11.6 % for ``craftrl.configs.crafter_score`` (these settings with a wide tile policy, on 2
+cores); bench/notes/crafter_score.md compares them.
 """
 
 online_dict = {
@@ -30,9 +30,10 @@ online_dict = {
         "num_gpus_per_worker": 0.25,  # inference of this CNN on a CPU would cost more than the env steps
         "fragment_length": 128,
         "to_send_queue_size": 16,
-        # two groups of 16: one group's envs step while the other's are inferred; a GPU call costs about as much
-        # for 16 frames as for 48 (bench/notes/crafter_score.md), so groups are not made smaller
-        "worker_config": {"num_envs": 32, "batch_size": 16, "envs_per_process": 0},
+        # two groups of 24: one group's envs step while the other's are inferred; a GPU call costs about as much
+        # for 16 frames as for 48 (bench/notes/crafter_score.md), so groups are not made smaller. 12 env processes
+        # leave 4 of a 16-core machine's cores to the learner, the rollout worker and Ray.
+        "worker_config": {"num_envs": 48, "batch_size": 24, "envs_per_process": 4},
         "replay_buffer_config": {"max_reuse": 1, "max_staleness": 2,
                                  "database_config": {"compression_level": 1}},
     },

@@ -68,7 +68,7 @@ def test_results_give_each_seed_the_mean_and_spread_and_say_when_runs_stopped_sh
     scores = [r.score for r in results]
     assert f"{statistics.mean(scores):.1f} ± {statistics.stdev(scores):.1f}" in text and "2 seeds" in text
     assert "| 1 | `short` |" in text and "| collect_wood | 75.0 | 50.0 | 100.0 |" in text
-    assert "runs stopped short" in text and "1 of the runs stopped before them (at 300 to 300 env steps)" in text
+    assert "runs stopped short" in text and "1 of the runs stopped before them (at 300 env steps)" in text
     # a run whose next episode could not have finished within the budget is complete
     crafter_score.write_results(results[:1], budget, "python bench/crafter_score.py", "a.config", "a machine", out)
     assert "stopped" not in out.read_text() and "one seed" in out.read_text()
