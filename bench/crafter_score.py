@@ -8,7 +8,7 @@ unlocked at least once, and the score is the geometric mean over the 22 achievem
 ``exp(mean(ln(1 + s_i))) - 1`` with ``s_i`` in percent. The episodes scored are the ones that together make
 up the first ``--env-steps`` env steps, in the order they finished.
 
-    python bench/crafter_score.py --write-results                  # ~27 min on 2 cores, run in background
+    python bench/crafter_score.py --write-results                  # ~28 min on 2 cores, run in background
     python bench/crafter_score.py --config craftrl.configs.crafter_resnet --seeds 0 1 2 --concurrent  # a GPU
     python bench/crafter_score.py --runs runs/bench_crafter_score/crafter-score-...   # re-score runs
 
@@ -187,11 +187,12 @@ def write_results(results: list[SeedResult], env_steps: int, command: str, confi
         table.append(f"| {name} | {statistics.mean(r.rates[name] for r in results):.1f} |{cells}")
     # a run stopped at --max-minutes (or one that failed) finishes its last episode short of env_steps
     short = [r for r in results if r.env_steps < env_steps - MAX_EPISODE_STEPS]
-    stops = sorted({r.env_steps for r in short})
-    stopped_at = f"{stops[0]:,}" if len(stops) == 1 else f"{stops[0]:,} to {stops[-1]:,}"
-    scope = (f"its first {env_steps:,} env steps" if not short else
-             f"its first {env_steps:,} env steps; {len(short)} of the runs stopped before them (at {stopped_at} "
-             f"env steps), so this is **not** the benchmark's {env_steps:,}-step score")
+    scope = f"its first {env_steps:,} env steps"
+    if short:
+        stops = sorted({r.env_steps for r in short})
+        stopped_at = f"{stops[0]:,}" if len(stops) == 1 else f"{stops[0]:,} to {stops[-1]:,}"
+        scope += (f"; {len(short)} of the runs stopped before them (at {stopped_at} env steps), so this is "
+                  f"**not** the benchmark's {env_steps:,}-step score")
     text = [f"## Crafter score (`bench/crafter_score.py`, P6){'' if not short else ' -- runs stopped short'}", "",
             f"`{command}`, {datetime.date.today().isoformat()}, {machine}. "
             f"`crafter/score` (the full game, Crafter's own reward) with the policy and PPO settings of `{config}`, "

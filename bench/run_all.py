@@ -31,7 +31,7 @@ SCRIPTS = [["env_throughput.py"], ["policy_inference.py"], ["learner_step.py"], 
            # LONG, ~2 h 10 min: craftrl, SB3 PPO and RLlib PPO, 2 seeds x 20 minutes each, one at a time
            # (needs the bench extra: pip install -e '.[bench]'); skipped by --skip-long
            ["peers.py", "--minutes", "20", "--seeds", "0", "1", "--write-results"],
-           # LONG, ~1 h 20 min: 1M env steps of crafter/score for 3 seeds one after the other, the Crafter score (P6);
+           # LONG, ~1 h 25 min: 1M env steps of crafter/score for 3 seeds one after the other, the Crafter score (P6);
            # skipped by --skip-long
            ["crafter_score.py", "--seeds", "0", "1", "2", "--write-results"]]
 LONG = {"peers.py", "crafter_score.py"}

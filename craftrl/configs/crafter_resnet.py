@@ -20,7 +20,7 @@ return where their rollouts of 512 steps did.
     python bench/crafter_score.py --config craftrl.configs.crafter_resnet --seeds 0 1 2
 
 On one H200 with 16 cores (~2750 env steps/s, 1M env steps in ~6.5 minutes) it scored 13.5 and 13.7 % on two
-seeds, against 11.6 % for ``craftrl.configs.crafter_score`` (these settings with a wide tile policy, on 2
+seeds, against 12.2 % for ``craftrl.configs.crafter_score`` (these settings with a wide tile policy, on 2
 cores); bench/notes/crafter_score.md compares them.
 """
 

@@ -67,6 +67,7 @@ def test_crafter_score_config_is_moon_et_als_settings_with_a_wide_tile_policy_pa
     policy = loaded.policy_generator()
     assert type(policy.encoder).__name__ == "TileEncoder" and policy.initial_state(1) == {}
     assert (policy.encoder.tile.out_channels, policy.encoder.neighbourhood.out_channels) == (64, 128)
+    assert isinstance(policy.encoder.neighbourhood_norm, torch.nn.GroupNorm)  # Moon et al.'s norms
     env = loaded.env_generator()
     _, info = env.reset(seed=0)
     assert len(info["achievements"]) == 22  # the full game, with every achievement counted
