@@ -189,8 +189,8 @@ def write_results(results: list[SeedResult], env_steps: int, command: str, confi
     short = [r for r in results if r.env_steps < env_steps - MAX_EPISODE_STEPS]
     scope = f"its first {env_steps:,} env steps"
     if short:
-        stops = sorted({r.env_steps for r in short})
-        stopped_at = f"{stops[0]:,}" if len(stops) == 1 else f"{stops[0]:,} to {stops[-1]:,}"
+        first, last = min(r.env_steps for r in short), max(r.env_steps for r in short)
+        stopped_at = f"{first:,}" if first == last else f"{first:,} to {last:,}"
         scope += (f"; {len(short)} of the runs stopped before them (at {stopped_at} env steps), so this is "
                   f"**not** the benchmark's {env_steps:,}-step score")
     text = [f"## Crafter score (`bench/crafter_score.py`, P6){'' if not short else ' -- runs stopped short'}", "",
