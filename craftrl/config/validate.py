@@ -210,4 +210,23 @@ def cross_field_problems(config: OnlineConfig) -> list[str]:
                 f"iteration samples ({per_iteration}) and max_chunks ({buffer.max_chunks}), got "
                 f"{buffer.max_unsampled_chunks}; fewer would hold back the rollouts a sample waits for"
             )
+        share = config.fragments_per_env_per_version()
+        if config.rollout_config.synchronous_sampling and (share < 1 or share != int(share)):
+            envs = config.rollout_config.worker_config.num_envs * config.rollout_config.num_rollout_workers
+            problems.append(
+                f"rollout_config.synchronous_sampling: expected the fragments of one iteration "
+                f"({round(share * envs)}) to split evenly over the {envs} envs of all rollout workers; change "
+                "worker_config.num_envs, num_rollout_workers or the train batch"
+            )
+    if config.rollout_config.synchronous_sampling and config.rollout_config.replay_buffer_config.max_reuse != 1:
+        problems.append(
+            f"rollout_config.synchronous_sampling: needs replay_buffer_config.max_reuse 1, got "
+            f"{config.rollout_config.replay_buffer_config.max_reuse}; a chunk sampled again was acted by an older "
+            "version, and the trainer would take it instead of waiting for the new one"
+        )
+    if config.rollout_config.synchronous_sampling and train.vf_warmup:
+        problems.append(
+            f"rollout_config.synchronous_sampling: needs train_config.vf_warmup 0, got {train.vf_warmup}; "
+            "warm-up iterations publish no new version for the envs to wait for"
+        )
     return problems

@@ -47,8 +47,8 @@ from craftrl.weights import NewestWeights
 logger = logging.getLogger(__name__)
 MAX_MISSED_STATUS = 3
 MAX_FAILED_STARTS = 3
-CUMULATIVE_KEYS = ("env_steps", "fragments_emitted", "fragments_sent", "restarts", "emit_wait_s", "inference_s",
-                   "env_wait_s", "elapsed_s", "forward_passes")
+CUMULATIVE_KEYS = ("env_steps", "fragments_emitted", "fragments_sent", "restarts", "emit_wait_s", "weights_wait_s",
+                   "inference_s", "env_wait_s", "elapsed_s", "forward_passes")
 
 
 def rollout_device(num_gpus: float) -> torch.device:
@@ -89,7 +89,8 @@ class RolloutWorker:
             fragment_length=rollout.fragment_length, emit=self._enqueue, on_episode=self._report_episode,
             on_video=self._write_video, discount=online.train_config.discount,
             step_timeout=worker_cfg.step_timeout, reset_timeout=worker_cfg.reset_timeout,
-            restart_interval=worker_cfg.restart_interval, worker_name=worker_name, seed=seed)
+            restart_interval=worker_cfg.restart_interval, worker_name=worker_name, seed=seed,
+            fragments_per_version=int(online.fragments_per_env_per_version()) if rollout.synchronous_sampling else 0)
         self.weights = NewestWeights(self._load_weights)
         if weights is not None:  # a recreated worker acts with the newest weights from its first step
             self.update_weights(*weights)
@@ -299,6 +300,7 @@ class RolloutManager:
             "rollout/manager_restarted": float(self.restarted),
             "rollout/version_lag_max": float(max((latest - s.get("version", -1) for s in statuses), default=0)),
             "rollout/emit_wait_s": float(totals["emit_wait_s"]),
+            "rollout/weights_wait_s": float(totals["weights_wait_s"]),
             "rollout/inference_s": float(totals["inference_s"]),
             "rollout/env_wait_s": float(totals["env_wait_s"]),
             # envs per forward pass, on average: batch_size when envs answer together, less when they drift apart

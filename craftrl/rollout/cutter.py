@@ -57,15 +57,22 @@ class FragmentCutter:
     def begin_step(self, obs: dict[str, np.ndarray], first: bool, action: Any, logp: float, value: float,
                    version: int, state_in: Any | Callable[[], Any]) -> Fragment | None:
         """Record that the policy acted on ``obs``; returns the fragment this observation closes, if any."""
-        closed = None
         if self._steps and not self._steps[-1].complete:
             raise RuntimeError(f"{self.env_id}: begin_step before the previous step's env result arrived")
-        if len(self._steps) == self.fragment_length:
-            closed = self._close(obs, first)
+        closed = self.close_if_full(obs, first)
         if not self._steps:  # a callable is evaluated only here, so a worker converts states once per fragment
             self._state_in = state_in() if callable(state_in) else state_in
         self._steps.append(_Step(obs, bool(first), action, float(logp), float(value), int(version)))
         return closed
+
+    def close_if_full(self, next_obs: dict[str, np.ndarray], next_first: bool) -> Fragment | None:
+        """Close the fragment once its ``fragment_length`` steps are complete and ``next_obs`` (``o_L``) is known.
+
+        ``begin_step`` calls it; a worker that will not act on ``o_L`` yet (synchronous sampling waits for the
+        next policy version there) calls it directly, so the fragment leaves without the next action."""
+        if len(self._steps) == self.fragment_length and self._steps[-1].complete:
+            return self._close(next_obs, next_first)
+        return None
 
     def end_step(self, reward: float, terminated: bool, truncated: bool, final_value: float | None = None) -> None:
         """Record the env's answer to the last action."""

@@ -14,6 +14,11 @@ One ``step()``:
 4. one forward pass for the group, sample actions, send them -- those envs step while the next group is
    being inferred, which is where env time and inference time overlap;
 5. hand finished fragments to ``emit`` (the worker's bounded send queue: it blocks when full).
+
+With ``fragments_per_version`` > 0 (synchronous sampling) an env whose fragment is complete when its result
+arrives has the fragment closed at once; once it has cut that many fragments with the current version it is
+held, its result unanswered, until the next version arrives. The first version is waited for too. Every step of
+every fragment is then acted by one version, the one the learner trains next.
 """
 
 from __future__ import annotations
@@ -61,6 +66,7 @@ class _EnvTrack:
     discounted: float = 0.0
     discount_power: float = 1.0
     pending_action: bool = False  # an action was sent and its result is outstanding
+    fragments_this_version: int = 0  # fragments cut since the policy version last changed
     recording: dict[str, Any] | None = None
 
 
@@ -71,6 +77,7 @@ class LoopTimers:
     env_wait: float = 0.0
     inference: float = 0.0
     emit_wait: float = 0.0
+    weights_wait: float = 0.0  # synchronous sampling: every env held until the next policy version
     steps: int = 0
     forward_passes: int = 0  # inference groups acted on: steps / forward_passes is the mean group size
     started: float = field(default_factory=time.monotonic)
@@ -80,6 +87,7 @@ class LoopTimers:
         blocked = self.emit_blocked_since
         emit_wait = self.emit_wait + (time.monotonic() - blocked if blocked is not None else 0.0)
         return {"env_wait_s": self.env_wait, "inference_s": self.inference, "emit_wait_s": emit_wait,
+                "weights_wait_s": self.weights_wait,
                 "env_steps": float(self.steps), "forward_passes": float(self.forward_passes),
                 "elapsed_s": time.monotonic() - self.started}
 
@@ -160,9 +168,13 @@ class RolloutLoop:
                  on_video: Callable[[dict[str, Any], list[Any]], None] | None = None,
                  discount: float = 0.99, step_timeout: float = 60.0, reset_timeout: float = 300.0,
                  restart_interval: float | None = None, worker_name: str = "w0", seed: int | None = None,
-                 initial_version: int = -1, envs_per_process: int = 1, max_batch_wait: float = 0.0) -> None:
+                 initial_version: int = -1, envs_per_process: int = 1, max_batch_wait: float = 0.0,
+                 fragments_per_version: int = 0) -> None:
         if not 1 <= batch_size <= num_envs:
             raise ValueError(f"batch_size: expected 1 <= batch_size <= num_envs ({num_envs}), got {batch_size}")
+        if fragments_per_version < 0:
+            raise ValueError(f"fragments_per_version: expected >= 0, got {fragments_per_version}")
+        self.fragments_per_version = fragments_per_version
         self.policy = policy.eval()
         self.device = policy.device if hasattr(policy, "device") else torch.device("cpu")
         self.batch_size = batch_size
@@ -176,6 +188,9 @@ class RolloutLoop:
         self.fragments_emitted = 0
         self._pending_weights: WeightsUpdate | None = None
         self._weights_lock = threading.Lock()
+        self._weights_arrived = threading.Event()
+        self._held: list[EnvResult] = []  # synchronous sampling: results of envs waiting for the next version
+        self._released: set[int] = set()  # envs whose held result is back in _ready, its step already closed
         self._video_label: dict[str, Any] | None = None
         incarnation = uuid.uuid4().hex[:8]  # a recreated worker must never continue an old chain of indices
         self.envs_per_process = envs_per_process or auto_envs_per_process(
@@ -197,6 +212,7 @@ class RolloutLoop:
         """Queue new weights; they replace the current ones before the next forward pass (latest wins)."""
         with self._weights_lock:
             self._pending_weights = WeightsUpdate(int(version), state_dict)
+        self._weights_arrived.set()
 
     def request_video(self, label: dict[str, Any]) -> None:
         """Record the next episode that starts on env 0; ``label`` names the file (iteration, version)."""
@@ -208,6 +224,8 @@ class RolloutLoop:
     def step(self, timeout: float | None = None) -> int:
         """Run one inference group; returns the number of env steps it consumed (0 on timeout)."""
         self._apply_pending_weights()
+        if self.fragments_per_version and (self.version < 0 or not (self._ready or self.pool.outstanding)):
+            return self._wait_for_weights(timeout)  # no version yet, or every env has cut its share of this one
         started = time.monotonic()
         if not self._ready:
             self._ready.extend(self.pool.recv(min_count=1, timeout=timeout))
@@ -220,20 +238,21 @@ class RolloutLoop:
         if not self._ready:
             return 0
         group, self._ready = self._ready[:self.batch_size], self._ready[self.batch_size:]
-        finished = sum(1 for result in group if not result.from_reset)
-        self._close_steps(group)
+        closing = [result for result in group if result.env_index not in self._released]
+        self._released.difference_update(result.env_index for result in group)
+        finished = sum(1 for result in closing if not result.from_reset)
+        self._close_steps(closing)
+        self.timers.steps += finished
+        if self.fragments_per_version:
+            group = self._hold_envs_with_their_share(group)
+            if not group:
+                return finished
         started = time.monotonic()
         actions, fragments = self._act(group)
         self.timers.inference += time.monotonic() - started
         self.timers.forward_passes += 1
         self.pool.send([result.env_index for result in group], actions)
-        for fragment in fragments:
-            self.timers.emit_blocked_since = started = time.monotonic()
-            self.emit(fragment)
-            self.timers.emit_blocked_since = None
-            self.timers.emit_wait += time.monotonic() - started
-            self.fragments_emitted += 1
-        self.timers.steps += finished
+        self._emit_all(fragments)
         return finished
 
     def close(self) -> None:
@@ -250,7 +269,45 @@ class RolloutLoop:
             update, self._pending_weights = self._pending_weights, None
         if update is not None:
             self.policy.load_state_dict(update.state_dict)
+            if update.version != self.version:
+                for track in self.tracks:
+                    track.fragments_this_version = 0
+                self._released.update(result.env_index for result in self._held)
+                self._ready, self._held = self._held + self._ready, []  # the held envs waited longest
             self.version = update.version
+
+    def _wait_for_weights(self, timeout: float | None) -> int:
+        started = time.monotonic()
+        if self._weights_arrived.wait(timeout):
+            self._weights_arrived.clear()
+        self.timers.weights_wait += time.monotonic() - started
+        return 0
+
+    def _hold_envs_with_their_share(self, group: list[EnvResult]) -> list[EnvResult]:
+        """Close the fragments these results complete; hold the envs that have cut their share for this version.
+
+        Returns the results to act on now."""
+        closed, acting = [], []
+        for result in group:
+            track = self.tracks[result.env_index]
+            fragment = track.cutter.close_if_full(result.obs, result.first)
+            if fragment is not None:
+                closed.append(fragment)
+                track.fragments_this_version += 1
+            if track.fragments_this_version >= self.fragments_per_version and not track.cutter.num_steps:
+                self._held.append(result)
+            else:
+                acting.append(result)
+        self._emit_all(closed)
+        return acting
+
+    def _emit_all(self, fragments: list[Fragment]) -> None:
+        for fragment in fragments:
+            self.timers.emit_blocked_since = started = time.monotonic()
+            self.emit(fragment)
+            self.timers.emit_blocked_since = None
+            self.timers.emit_wait += time.monotonic() - started
+            self.fragments_emitted += 1
 
     def _close_steps(self, group: list[EnvResult]) -> None:
         """Give each env's previous step its outcome; report finished episodes."""

@@ -236,3 +236,57 @@ def test_the_preflight_probe_tells_an_env_that_waits_from_one_that_computes():
     assert _with_envs_per_process(auto, computing) is auto
     chosen = build_config({"rollout_config": {"worker_config": {"envs_per_process": 2, "num_envs": 4}}})
     assert _with_envs_per_process(chosen, waiting) is chosen
+
+
+def step_until(loop, done, budget_s=60.0):
+    deadline = time.monotonic() + budget_s
+    while not done():
+        assert time.monotonic() < deadline, "the loop did not get there in time"
+        loop.step(timeout=1.0)
+
+
+def test_synchronous_sampling_cuts_each_envs_share_with_one_version_then_waits_for_the_next():
+    fragments = []
+    loop = RolloutLoop(functools.partial(ScriptedEnv, episode_length=5), CountingPolicy(), num_envs=3, batch_size=2,
+                       fragment_length=3, emit=fragments.append, fragments_per_version=2)
+    try:
+        for _ in range(3):  # no version yet: nothing acts
+            loop.step(timeout=0.2)
+        assert loop.stats()["env_steps"] == 0 and not fragments
+        loop.set_weights(0, CountingPolicy().state_dict())
+        step_until(loop, lambda: len(fragments) == 6)
+        for _ in range(5):  # each env has cut its 2 fragments: the loop waits for weights, not for envs
+            loop.step(timeout=0.2)
+        assert len(fragments) == 6 and loop.stats()["env_steps"] == 18
+        assert loop.stats()["weights_wait_s"] >= 0.8
+        loop.set_weights(1, dict(CountingPolicy().state_dict(), action_scores=torch.tensor([0.0, 50.0])))
+        step_until(loop, lambda: len(fragments) == 12)
+        for _ in range(3):
+            loop.step(timeout=0.2)
+    finally:
+        loop.close()
+    assert len(fragments) == 12
+    for env_id, chain in by_env(fragments).items():
+        assert [f.index for f in chain] == [0, 1, 2, 3], env_id
+        assert [set(f.version.tolist()) for f in chain] == [{0}, {0}, {1}, {1}]
+        assert (np.concatenate([f.action for f in chain[2:]]) == 1).all()
+        t = np.concatenate([f.obs["t"] for f in chain])
+        np.testing.assert_array_equal(t, np.arange(12) % 5)  # no step lost or repeated across the wait
+        np.testing.assert_array_equal(np.concatenate([f.value for f in chain]), t)  # state carried across it
+        for f, following in zip(chain, chain[1:]):
+            assert f.next_obs["t"] == following.obs["t"][0]
+            assert following.state_in[0, 0] == f.value[-1] + 1  # the state that entered its first step
+
+
+def test_the_cutter_closes_a_complete_fragment_without_the_next_action():
+    cutter = FragmentCutter("e", 2)
+    obs = [{"x": np.full(1, k)} for k in range(3)]
+    assert cutter.close_if_full(obs[0], False) is None
+    for k in range(2):
+        cutter.begin_step(obs[k], k == 0, 0, 0.0, 0.0, 0, state_in=None)
+        assert cutter.close_if_full(obs[k + 1], False) is None  # the step's env result is still outstanding
+        cutter.end_step(1.0, False, False)
+    fragment = cutter.close_if_full(obs[2], False)
+    assert fragment is not None and fragment.next_obs["x"][0] == 2 and fragment.length == 2
+    assert cutter.begin_step(obs[2], False, 0, 0.0, 0.0, 1, state_in=None) is None  # already closed
+    assert cutter.num_steps == 1 and cutter.next_index == 1

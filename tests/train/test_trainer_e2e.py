@@ -87,3 +87,17 @@ def test_two_ray_train_workers_run_ddp(ray_session, tmp_path):
     _, records = run(ray_session, tmp_path, config)
     assert [r["train/iteration"] for r in records] == [1.0, 2.0]
     assert all(r["data/fragments"] == 8 for r in records), "fragments are counted over both ranks"
+
+
+def test_synchronous_sampling_trains_every_iteration_on_the_version_it_updates(ray_session, tmp_path):
+    """Each of the 2 envs cuts 2 of the 4 fragments an iteration samples with one version, then waits for the next:
+    the learner never trains on older data although max_staleness (3) would accept it."""
+    config = build_config(tiny.tiny_online(
+        tmp_path, rollout_config={"synchronous_sampling": True,
+                                  "replay_buffer_config": {"max_chunks": 64, "max_reuse": 1}},
+        train_config={"num_iterations": 4}))
+    _, records = run(ray_session, tmp_path, config)
+    assert [r["train/iteration"] for r in records] == [1.0, 2.0, 3.0, 4.0]
+    assert all(r["data/fragments"] == 4 for r in records)
+    assert [r["data/version_lag_max"] for r in records] == [0.0] * 4
+    assert records[-1]["rollout/weights_wait_s"] > 0
