@@ -38,9 +38,8 @@ def policy_generator():
 online_dict = copy.deepcopy(_moon_et_al.online_dict)
 online_dict["rollout_config"].update({
     "num_gpus_per_worker": 0.0,
-    "to_send_queue_size": 2,
+    "synchronous_sampling": True,
     "worker_config": {"num_envs": 16, "batch_size": 8, "envs_per_process": 0},
 })
-online_dict["rollout_config"]["replay_buffer_config"]["max_unsampled_chunks"] = 32
 online_dict["train_config"].update({"num_gpus_per_worker": 0.0, "cpu_bf16": True})
 online_dict["logger_config"]["name"] = "crafter-score"

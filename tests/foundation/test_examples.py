@@ -53,17 +53,17 @@ def test_default_config_is_valid_and_its_policy_acts():
     assert reward >= 0.0 and not (terminated and truncated)
 
 
-def test_crafter_score_config_is_moon_et_als_settings_with_a_wide_tile_policy_paced_on_a_cpu():
+def test_crafter_score_config_is_moon_et_als_settings_with_a_wide_tile_policy_in_lock_step_on_a_cpu():
     """bench/crafter_score.py (P6) trains craftrl.configs.crafter_score: crafter_resnet's PPO settings on the full
-    game, a feed-forward tile policy 64 + 128 wide that a CPU can train, and a rollout paced by that learner."""
+    game, a feed-forward tile policy 64 + 128 wide that a CPU can train, collected in lock-step with the learner."""
     loaded = load_config("craftrl.configs.crafter_score")
     moon = load_config("craftrl.configs.crafter_resnet")
     train, moon_train = (dataclasses.asdict(c.online.train_config) for c in (loaded, moon))
     assert {key for key in train if train[key] != moon_train[key]} == {"num_gpus_per_worker", "cpu_bf16"}
     assert train["num_gpus_per_worker"] == 0
     rollout = loaded.online.rollout_config
-    assert rollout.num_gpus_per_worker == 0 and rollout.to_send_queue_size == 2
-    assert rollout.replay_buffer_config.max_unsampled_chunks == loaded.online.chunks_per_iteration() == 32
+    assert rollout.num_gpus_per_worker == 0 and rollout.synchronous_sampling
+    assert loaded.online.fragments_per_env_per_version() == 2  # 32 fragments of 128 steps from 16 envs
     policy = loaded.policy_generator()
     assert type(policy.encoder).__name__ == "TileEncoder" and policy.initial_state(1) == {}
     assert (policy.encoder.tile.out_channels, policy.encoder.neighbourhood.out_channels) == (64, 128)
