@@ -13,9 +13,10 @@ What carries over (facts of their paper and configuration, in this framework's k
   whole iteration. 250 iterations = 1.02M env steps.
 * **Credit**: discount 0.95, GAE lambda 0.65.
 
-What differs by design: experience is collected asynchronously (fragments of policy versions up to
-``max_staleness`` behind the learner) rather than in lock-step, and a fragment's last value bootstraps its
-return where their rollouts of 512 steps did.
+What differs: experience is collected asynchronously (fragments of policy versions up to ``max_staleness``
+behind the learner), where their rollouts were in lock-step, which ``synchronous_sampling`` gives (it needs an
+env count that divides the iteration's 32 fragments, e.g. 32 or 64; not yet measured on a GPU, where envs and
+learner do overlap); and a fragment's last value bootstraps its return where their rollouts of 512 steps did.
 
     python bench/crafter_score.py --config craftrl.configs.crafter_resnet --seeds 0 1 2
 

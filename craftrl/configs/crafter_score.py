@@ -15,10 +15,12 @@ and scores every episode that finished within them from the run's ``episodes.jso
   (bench/notes/crafter_score.md).
 * **Updates and credit**: ``crafter_resnet``'s: 4096 env steps per iteration, 3 epochs of 8 minibatches of 512
   shuffled single steps, lr 3e-4, a normalised value, discount 0.95, GAE lambda 0.65.
-* **Rollout**: 16 envs in two groups of 8. The learner (~7 s per iteration beside the envs) is slower than
-  the envs, so the rollout is paced by it (``max_unsampled_chunks`` 32, one iteration's worth, with a send
-  queue of 2): the envs wait instead of making fragments that would go stale unused, and every env step
-  counted by the score is one the learner trained on (docs/replay.md, "Pacing").
+* **Rollout**: 16 envs in two groups of 8, in lock-step with the learner (``synchronous_sampling``): each env
+  cuts 2 of the iteration's 32 fragments with one policy version, then waits for the next, so every iteration
+  trains on data of the version it updates, as Moon et al.'s PPO does, and every env step the score counts
+  is one the learner trained on. On 2 cores this costs no throughput (the learner, alone on the cores, takes
+  3.7 s per iteration instead of 7.3 s beside the envs) and learned sooner than a rollout paced one
+  iteration ahead: 5.9 / 6.9 / 7.9 % at 200k / 300k / 440k env steps against 4.3 / 5.8 / 7.5 (seed 0).
 """
 
 import copy
