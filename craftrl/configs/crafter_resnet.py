@@ -22,7 +22,7 @@ learner do overlap); and a fragment's last value bootstraps its return where the
 
 On one H200 with 16 cores (~2750 env steps/s, 1M env steps in ~6.5 minutes) it scored 13.5 and 13.7 % on two
 seeds, against 12.2 % for ``craftrl.configs.crafter_score`` (these settings with a wide tile policy, on 2
-cores); bench/notes/crafter_score.md compares them.
+cores) collected ahead of its learner too, 13.0 % in lock-step; bench/notes/crafter_score.md compares them.
 """
 
 online_dict = {
