@@ -190,7 +190,8 @@ def cross_field_problems(config: OnlineConfig) -> list[str]:
                         "term there is no reference policy to update")
     if train.resume == "":
         problems.append("train_config.resume: expected a checkpoint path, 'latest' or null, got ''")
-    buffer = config.rollout_config.replay_buffer_config
+    rollout, buffer = config.rollout_config, config.rollout_config.replay_buffer_config
+    sync = rollout.synchronous_sampling
     chunks_per_batch = train.batch_size_per_gpu / buffer.fragments_per_chunk
     if train.batch_size_per_gpu % buffer.fragments_per_chunk:
         problems.append(
@@ -211,20 +212,20 @@ def cross_field_problems(config: OnlineConfig) -> list[str]:
                 f"{buffer.max_unsampled_chunks}; fewer would hold back the rollouts a sample waits for"
             )
         share = config.fragments_per_env_per_version()
-        if config.rollout_config.synchronous_sampling and (share < 1 or share != int(share)):
-            envs = config.rollout_config.worker_config.num_envs * config.rollout_config.num_rollout_workers
+        if sync and (share < 1 or share != int(share)):
+            envs = rollout.worker_config.num_envs * rollout.num_rollout_workers
             problems.append(
                 f"rollout_config.synchronous_sampling: expected the fragments of one iteration "
                 f"({round(share * envs)}) to split evenly over the {envs} envs of all rollout workers; change "
                 "worker_config.num_envs, num_rollout_workers or the train batch"
             )
-    if config.rollout_config.synchronous_sampling and config.rollout_config.replay_buffer_config.max_reuse != 1:
+    if sync and buffer.max_reuse != 1:
         problems.append(
-            f"rollout_config.synchronous_sampling: needs replay_buffer_config.max_reuse 1, got "
-            f"{config.rollout_config.replay_buffer_config.max_reuse}; a chunk sampled again was acted by an older "
-            "version, and the trainer would take it instead of waiting for the new one"
+            f"rollout_config.synchronous_sampling: needs replay_buffer_config.max_reuse 1, got {buffer.max_reuse}; "
+            "a chunk sampled again was acted by an older version, and the trainer would take it instead of waiting "
+            "for the new one"
         )
-    if config.rollout_config.synchronous_sampling and train.vf_warmup:
+    if sync and train.vf_warmup:
         problems.append(
             f"rollout_config.synchronous_sampling: needs train_config.vf_warmup 0, got {train.vf_warmup}; "
             "warm-up iterations publish no new version for the envs to wait for"

@@ -9,10 +9,10 @@ and scores every episode that finished within them from the run's ``episodes.jso
   neighbours) at 64 + 128 channels, 256 features, then the 1024-wide layer both heads read, with Moon et al.'s
   norms (``encoder_norm``; with a rollout paced one iteration ahead, 12.2 % with them and 11.6 % without,
   lower on each of the 3 seeds). 3.0 M parameters but ~10 M multiply-adds per frame, 1/50 of their Impala
-  CNN's, so 2 cores train it through 1M env steps in under half an hour. Width is what lifts the score: the cows default's tile policy (16 + 16 channels, LSTM 128) scored
-  6.9 % with the same discount and lambda, and a quarter-width Impala CNN with Moon et al.'s norms scored like
-  it; 96 + 192 channels scored like 64 + 128 at 440k env steps for 1.6x the learner's time
-  (bench/notes/crafter_score.md).
+  CNN's, so 2 cores train it through 1M env steps in under half an hour. Width is what lifts the score: the
+  cows default's tile policy (16 + 16 channels, LSTM 128) scored 6.9 % with the same discount and lambda, and a
+  quarter-width Impala CNN with Moon et al.'s norms scored like it; 96 + 192 channels scored like 64 + 128 at
+  440k env steps for 1.6x the learner's time (bench/notes/crafter_score.md).
 * **Updates and credit**: ``crafter_resnet``'s: 4096 env steps per iteration, 3 epochs of 8 minibatches of 512
   shuffled single steps, lr 3e-4, a normalised value, discount 0.95, GAE lambda 0.65.
 * **Rollout**: 16 envs in two groups of 8, in lock-step with the learner (``synchronous_sampling``): each env
