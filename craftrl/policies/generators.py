@@ -21,7 +21,8 @@ def default_policy_generator(num_actions: int = 17, image_shape: tuple[int, int,
                              recurrent: str = "lstm", hidden_size: int = 256,
                              channels: tuple[int, ...] = (16, 32, 32), encoder: str = "impala",
                              feature_norm: bool = False, tile_size: int = 7, encoder_features: int | None = None,
-                             encoder_norm: bool = False, device: str | None = None) -> Policy:
+                             encoder_norm: bool = False, value_beta: float = 0.999,
+                             device: str | None = None) -> Policy:
     """Recurrent CNN for Crafter-like pixel tasks (Impala CNN + LSTM, about 1.2 M parameters, by default).
 
     ``encoder="nature"`` (with three ``channels``) swaps in the strided Nature CNN, ``encoder="tiles"`` (with
@@ -29,14 +30,16 @@ def default_policy_generator(num_actions: int = 17, image_shape: tuple[int, int,
     ``recurrent="none"`` drops the recurrent core; ``feature_norm`` layer-normalises the features before the
     core (it keeps the LSTM's gates out of saturation; off by default so checkpoints of earlier policies still
     load); ``encoder_features`` sets the encoder's output width apart from ``hidden_size``, and ``encoder_norm``
-    normalises the Impala CNN as Moon et al.'s Crafter PPO does (``craftrl.configs.crafter_resnet``).
+    normalises the Impala CNN as Moon et al.'s Crafter PPO does (``craftrl.configs.crafter_resnet``);
+    ``value_beta`` is the decay of the value's return normaliser per training iteration (lower tracks a
+    return scale that grows as the agent learns more quickly).
     """
     from craftrl.policies.default import ImpalaRecurrentPolicy
 
     policy = ImpalaRecurrentPolicy(num_actions, image_shape, channels=channels, hidden_size=hidden_size,
                                    recurrent=recurrent, encoder=encoder, feature_norm=feature_norm,
                                    tile_size=tile_size, encoder_features=encoder_features,
-                                   encoder_norm=encoder_norm)
+                                   encoder_norm=encoder_norm, value_beta=value_beta)
     return policy.to(device) if device else policy
 
 
