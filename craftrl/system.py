@@ -57,6 +57,18 @@ def restarted_by_ray() -> bool:
         return bool(ray.get_runtime_context().was_current_actor_reconstructed)
 
 
+def actor_placed(handle: Any) -> bool | None:
+    """Whether Ray has given the actor a worker process on a node (its constructor may still run); None where
+    Ray does not say. Read from the GCS actor table, which needs no dashboard (Ray's state API does)."""
+    try:
+        from ray._private.state import state
+
+        entry = state.actor_table(handle._actor_id.hex())
+        return bool(entry["Address"]["Port"])
+    except Exception:
+        return None
+
+
 def find(name: str) -> Any:
     """The handle of the named system actor, or None when it is not running."""
     import ray

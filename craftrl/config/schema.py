@@ -115,7 +115,7 @@ class RolloutConfig:
     resources_per_worker: Optional[dict[str, float]] = key(None, "Custom Ray resources each rollout worker requires, e.g. {rollout_node: 1} to place workers on nodes started with that resource; a local Ray declares what the run needs.")
     fragment_length: int = key(256, "Env steps per fragment, the unit sent from rollout to the replay buffer.", AT_LEAST_ONE)
     weights_dtype: str = key("float32", "Precision of the policy parameters the trainer publishes to rollout workers each version; 'float16' halves the bytes each version puts on the network (VPT-2x: 0.99 -> 0.50 GB), and the workers load them into their float32 policy. Buffers (e.g. the value normaliser's statistics) stay float32. The rollout's log-probs move by at most 1e-3 (craftrl.weights.HALF_PRECISION_LOGP_TOLERANCE, tested).", one_of("float32", "float16"))
-    synchronous_sampling: bool = key(False, "Collect in lock-step with the learner, as PPO is defined: each env cuts its share of one iteration's fragments (the fragments all train workers sample per iteration / the envs of all rollout workers; it must divide evenly) with one policy version, then waits for the next version, so every trained step was acted by the policy being updated (sampled staleness 0). Costs the overlap of env steps and training: envs are idle while the learner computes. Needs train_config.vf_warmup 0 (warm-up iterations publish no version to wait for) and replay_buffer_config.max_reuse 1 (a reused chunk is a version old). False: workers never wait for weights and train data is up to max_staleness versions old.")
+    synchronous_sampling: bool = key(False, "Collect in lock-step with the learner, as PPO is defined: each env cuts its share of one iteration's fragments (the fragments all train workers sample per iteration / the envs of all rollout workers; it must divide evenly) with one policy version, then waits for the next version (while a worker waits for a node, the others' envs cut its share too), so every trained step was acted by the policy being updated (sampled staleness 0). Costs the overlap of env steps and training: envs are idle while the learner computes. Needs train_config.vf_warmup 0 (warm-up iterations publish no version to wait for) and replay_buffer_config.max_reuse 1 (a reused chunk is a version old). False: workers never wait for weights and train data is up to max_staleness versions old.")
     to_send_queue_size: int = key(1, "Fragments a worker may hold waiting to be sent; when full the worker waits (backpressure).", AT_LEAST_ONE)
     worker_config: WorkerConfig = section(WorkerConfig, "Settings of each rollout worker and its env processes.")
     replay_buffer_config: ReplayBufferConfig = section(ReplayBufferConfig, "Replay buffer capacity, reuse and staleness limits.")
@@ -207,10 +207,15 @@ class OnlineConfig:
         train, buffer = self.train_config, self.rollout_config.replay_buffer_config
         return max(1, train.batch_size_per_gpu * train.batches_per_iteration // buffer.fragments_per_chunk)
 
-    def fragments_per_env_per_version(self) -> float:
-        """Under ``synchronous_sampling``, the fragments each env cuts with one policy version: what all train
-        workers sample per iteration, shared by the envs of all rollout workers (a whole number when valid)."""
+    def fragments_per_iteration(self) -> int:
+        """The fragments all train workers sample per iteration."""
+        return (self.chunks_per_iteration() * self.rollout_config.replay_buffer_config.fragments_per_chunk
+                * max(self.train_config.num_workers, 1))
+
+    def fragments_per_env_per_version(self, producing_workers: int | None = None) -> int:
+        """Under ``synchronous_sampling``, the fragments each env cuts with one policy version: one iteration's
+        fragments shared by the envs of ``producing_workers`` rollout workers (all of them by default; a whole
+        share when the config is valid), rounded up so that fewer workers still fill an iteration."""
         rollout = self.rollout_config
-        fragments = (self.chunks_per_iteration() * rollout.replay_buffer_config.fragments_per_chunk
-                     * max(self.train_config.num_workers, 1))
-        return fragments / (rollout.worker_config.num_envs * rollout.num_rollout_workers)
+        workers = rollout.num_rollout_workers if producing_workers is None else producing_workers
+        return -(-self.fragments_per_iteration() // (rollout.worker_config.num_envs * max(workers, 1)))

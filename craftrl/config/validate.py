@@ -211,13 +211,12 @@ def cross_field_problems(config: OnlineConfig) -> list[str]:
                 f"iteration samples ({per_iteration}) and max_chunks ({buffer.max_chunks}), got "
                 f"{buffer.max_unsampled_chunks}; fewer would hold back the rollouts a sample waits for"
             )
-        share = config.fragments_per_env_per_version()
-        if sync and (share < 1 or share != int(share)):
-            envs = rollout.worker_config.num_envs * rollout.num_rollout_workers
+        envs = rollout.worker_config.num_envs * rollout.num_rollout_workers
+        if sync and config.fragments_per_iteration() % envs:
             problems.append(
                 f"rollout_config.synchronous_sampling: expected the fragments of one iteration "
-                f"({round(share * envs)}) to split evenly over the {envs} envs of all rollout workers; change "
-                "worker_config.num_envs, num_rollout_workers or the train batch"
+                f"({config.fragments_per_iteration()}) to split evenly over the {envs} envs of all rollout "
+                "workers; change worker_config.num_envs, num_rollout_workers or the train batch"
             )
     if sync and buffer.max_reuse != 1:
         problems.append(

@@ -19,7 +19,9 @@ given up (a broken env or policy generator would otherwise be retried forever): 
 A new worker that has not answered yet while the cluster has nothing free of what it asks for (its node died, say)
 is not failing to start but waiting to be placed: its slot waits (``rollout/workers_waiting_for_node``) and Ray
 starts it as soon as a node with those resources joins. What workers on a dead node had cut but not sent is counted
-as ``fragments_lost_with_dead_nodes``.
+as ``fragments_lost_with_dead_nodes``. Under synchronous sampling the envs of the workers that do run then cut a
+larger share of each iteration (``rollout/fragments_per_env_per_version``), so the learner is never left waiting
+for a worker that is not there; a replaced worker cuts its whole share for the version it starts with.
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ from craftrl.rollout.fragment import Fragment
 from craftrl.rollout.video import video_filename, write_mp4_in_background
 from craftrl.rollout.worker import EpisodeRecord, RolloutLoop
 from craftrl.rollout.sinks import ReplayBufferSink
-from craftrl.system import EPISODE_STATISTICS, METRICS, REPLAY_BUFFER, current_node_id, find, restarted_by_ray
+from craftrl.system import (EPISODE_STATISTICS, METRICS, REPLAY_BUFFER, actor_placed, current_node_id, find,
+                            restarted_by_ray)
 from craftrl.weights import NewestWeights
 
 logger = logging.getLogger(__name__)
@@ -90,7 +93,7 @@ class RolloutWorker:
             on_video=self._write_video, discount=online.train_config.discount,
             step_timeout=worker_cfg.step_timeout, reset_timeout=worker_cfg.reset_timeout,
             restart_interval=worker_cfg.restart_interval, worker_name=worker_name, seed=seed,
-            fragments_per_version=int(online.fragments_per_env_per_version()) if rollout.synchronous_sampling else 0)
+            fragments_per_version=online.fragments_per_env_per_version() if rollout.synchronous_sampling else 0)
         self.weights = NewestWeights(self._load_weights)
         if weights is not None:  # a recreated worker acts with the newest weights from its first step
             self.update_weights(*weights)
@@ -112,6 +115,9 @@ class RolloutWorker:
 
     def request_video(self, label: dict[str, Any]) -> None:
         self.loop.request_video(label)
+
+    def set_fragments_per_version(self, count: int) -> None:
+        self.loop.set_fragments_per_version(count)
 
     def status(self) -> dict[str, Any]:
         return {**self.loop.stats(), "name": self.name, "node": self.node, "queue_fill": self.send_queue.qsize(),
@@ -243,6 +249,7 @@ class RolloutManager:
         self.given_up: dict[int, str] = {}  # worker slot -> the error that made the manager give up
         self.waiting_for_node: dict[int, Any] = {}  # worker slot -> its first unanswered status call
         self.answered: set[int] = set()  # slots whose current worker has answered a status call
+        self.share_sent: int | None = None  # synchronous sampling: the per-env share every worker was last told
         self.retired = dict.fromkeys(CUMULATIVE_KEYS, 0.0)  # counters of replaced workers, so totals never drop
         self._started = time.monotonic()
         self._stop = threading.Event()
@@ -261,6 +268,8 @@ class RolloutManager:
         if self.workers:  # started already (a start call Ray retried after a restart that started them)
             return len(self.workers)
         rollout = self.online.rollout_config
+        if rollout.synchronous_sampling:
+            self.share_sent = self.online.fragments_per_env_per_version()  # what new workers start with
         self.workers = [self._create_worker(i) for i in range(rollout.num_rollout_workers)]
         self._monitor = threading.Thread(target=self._watch, name="health", daemon=True)
         self._monitor.start()
@@ -309,6 +318,7 @@ class RolloutManager:
             "rollout/loop_s": float(totals["elapsed_s"]),
             "rollout/fragments_emitted": float(totals["fragments_emitted"]),
             "rollout/fragments_sent": float(totals["fragments_sent"]),
+            "rollout/fragments_per_env_per_version": float(self.share_sent or 0),
         }
 
     def _refresh_statuses(self, timeout: float = 5.0) -> None:
@@ -361,6 +371,8 @@ class RolloutManager:
         # Slots given up on were retired (counted) already; their dead workers have nothing left to say, and a
         # worker still waiting for a node never started.
         gone = set(self.given_up) | set(self.waiting_for_node)
+        for index in self.waiting_for_node:
+            ray.kill(workers[index], no_restart=True)  # so it does not start when a node joins after the run
         workers = [w for i, w in enumerate(workers) if i not in gone]
         statuses = [s for i, s in enumerate(statuses) if i not in gone]
         # a worker's stop is its loop's join (<= 10 s) + the drain + thread joins: the drain gets what is left
@@ -454,6 +466,25 @@ class RolloutManager:
                 statuses[index] = status
                 self.answered.add(index)
             self.last_status = statuses
+            self._share_iterations()
+
+    def _share_iterations(self) -> None:
+        """Synchronous sampling: split each iteration over the workers that run, not over those waiting for a
+        node or given up (rounded up; a surplus is trained one version later)."""
+        if not self.online.rollout_config.synchronous_sampling:
+            return
+        workers, _ = self._workers_and_statuses()
+        # a worker still in its constructor on a full cluster is placed, and will cut its share
+        missing = {i for i in self.waiting_for_node if not actor_placed(workers[i])} | set(self.given_up)
+        share = self.online.fragments_per_env_per_version(max(len(workers) - len(missing), 1))
+        if share == self.share_sent:
+            return
+        logger.warning("synchronous sampling: %d of %d rollout workers run; each env now cuts %d fragments per "
+                       "version", len(workers) - len(missing), len(workers), share)
+        for index, worker in enumerate(workers):
+            if index not in self.given_up:
+                worker.set_fragments_per_version.remote(share)
+        self.share_sent = share
 
     def _replace(self, index: int, worker: Any, last_status: dict[str, Any]) -> None:
         """Retire ``worker`` and start a new one in its slot, keeping the run's counters whole.
@@ -467,6 +498,8 @@ class RolloutManager:
         with self._lock:
             self.recreated += 1
             self.workers[index] = self._create_worker(index)
+            if self.share_sent is not None:  # it starts with the share of all workers running
+                self.workers[index].set_fragments_per_version.remote(self.share_sent)
 
     def _worker_resources(self) -> dict[str, float]:
         rollout = self.online.rollout_config

@@ -18,7 +18,8 @@ One ``step()``:
 With ``fragments_per_version`` > 0 (synchronous sampling) an env whose fragment is complete when its result
 arrives has the fragment closed at once; once it has cut that many fragments with the current version it is
 held, its result unanswered, until the next version arrives. The first version is waited for too. Every step of
-every fragment is then acted by one version, the one the learner trains next.
+every fragment is then acted by one version, the one the learner trains next. ``set_fragments_per_version``
+changes the share (the manager raises it while a worker is missing, so that the others fill the iteration).
 """
 
 from __future__ import annotations
@@ -187,6 +188,7 @@ class RolloutLoop:
         self.timers = LoopTimers()
         self.fragments_emitted = 0
         self._pending_weights: WeightsUpdate | None = None
+        self._pending_share: int | None = None
         self._weights_lock = threading.Lock()
         self._weights_arrived = threading.Event()
         self._held: list[EnvResult] = []  # synchronous sampling: results of envs waiting for the next version
@@ -214,6 +216,14 @@ class RolloutLoop:
             self._pending_weights = WeightsUpdate(int(version), state_dict)
         self._weights_arrived.set()
 
+    def set_fragments_per_version(self, count: int) -> None:
+        """Synchronous sampling: each env's share of fragments per version from now on, this version included."""
+        if not self.fragments_per_version or count < 1:
+            raise ValueError(f"set_fragments_per_version: expected >= 1 under synchronous sampling, got {count}")
+        with self._weights_lock:
+            self._pending_share = int(count)
+        self._weights_arrived.set()
+
     def request_video(self, label: dict[str, Any]) -> None:
         """Record the next episode that starts on env 0; ``label`` names the file (iteration, version)."""
         self._video_label = dict(label)
@@ -223,7 +233,7 @@ class RolloutLoop:
 
     def step(self, timeout: float | None = None) -> int:
         """Run one inference group; returns the number of env steps it consumed (0 on timeout)."""
-        self._apply_pending_weights()
+        self._apply_pending_changes()
         if self.fragments_per_version and (self.version < 0 or not (self._ready or self.pool.outstanding)):
             return self._wait_for_weights(timeout)  # no version yet, or every env has cut its share of this one
         started = time.monotonic()
@@ -264,17 +274,24 @@ class RolloutLoop:
 
     # ---------------------------------------------------------------- internals
 
-    def _apply_pending_weights(self) -> None:
+    def _apply_pending_changes(self) -> None:
         with self._weights_lock:
             update, self._pending_weights = self._pending_weights, None
+            share, self._pending_share = self._pending_share, None
+        if share is not None and share != self.fragments_per_version:
+            self.fragments_per_version = share
+            self._release_held()  # those still at their share are held again before they act
         if update is not None:
             self.policy.load_state_dict(update.state_dict)
             if update.version != self.version:
                 for track in self.tracks:
                     track.fragments_this_version = 0
-                self._released.update(result.env_index for result in self._held)
-                self._ready, self._held = self._held + self._ready, []  # the held envs waited longest
+                self._release_held()
             self.version = update.version
+
+    def _release_held(self) -> None:
+        self._released.update(result.env_index for result in self._held)
+        self._ready, self._held = self._held + self._ready, []  # the held envs waited longest
 
     def _wait_for_weights(self, timeout: float | None) -> int:
         started = time.monotonic()

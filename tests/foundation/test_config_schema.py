@@ -130,3 +130,12 @@ def test_optional_keys_accept_null():
 def test_non_mapping_online_dict_is_rejected():
     with pytest.raises(ConfigError, match="online_dict: expected a mapping"):
         build_config(OmegaConf.create([1, 2]))
+
+
+def test_an_iterations_fragments_are_shared_by_the_envs_of_the_workers_that_run():
+    config = build_config({"rollout_config": {"synchronous_sampling": True, "num_rollout_workers": 4,
+                                              "replay_buffer_config": {"max_reuse": 1},
+                                              "worker_config": {"num_envs": 2, "batch_size": 2}}})
+    assert config.fragments_per_iteration() == 32
+    assert config.fragments_per_env_per_version() == 4
+    assert [config.fragments_per_env_per_version(n) for n in (3, 2, 1, 0)] == [6, 8, 16, 16]  # 32/6 rounded up

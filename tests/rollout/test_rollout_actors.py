@@ -17,7 +17,7 @@ from craftrl.rollout.actors import RolloutManager, RolloutWorker
 from craftrl.rollout.episode_stats import EpisodeStatistics
 from craftrl.rollout.sinks import ActorSink
 from craftrl.rollout.testing import CountingPolicy, counting_policy_generator
-from craftrl.system import EPISODE_STATISTICS
+from craftrl.system import EPISODE_STATISTICS, actor_placed
 
 pytestmark = pytest.mark.ray
 
@@ -127,3 +127,29 @@ def test_manager_broadcasts_weights_recreates_dead_workers_and_records_video(ray
     assert summary["episodes/discounted_return_mean"] == pytest.approx(sum(0.5 ** k for k in range(5)))
     ray.get(manager.shutdown.remote())
     ray.kill(statistics)  # named: gone before the next test starts a run's own
+
+
+class SlowToStart:
+    def __init__(self, seconds: float):
+        time.sleep(seconds)
+
+    def ready(self) -> bool:
+        return True
+
+
+def test_actor_placed_tells_a_starting_actor_from_one_no_node_can_host(ray_session):
+    """What lets synchronous sampling share a missing worker's fragments without taking a slow constructor (a
+    1 GB policy loading) for a missing node."""
+    ray = ray_session
+    starting = ray.remote(SlowToStart).options(num_cpus=0).remote(3.0)
+    unplaceable = ray.remote(SlowToStart).options(num_cpus=0, resources={"no_such_node": 1}).remote(0.0)
+    try:
+        deadline = time.monotonic() + 2.5
+        while not actor_placed(starting) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert actor_placed(starting) is True  # placed while its constructor still runs
+        assert not ray.wait([starting.ready.remote()], timeout=0)[0]
+        assert actor_placed(unplaceable) is False
+    finally:
+        ray.kill(starting)
+        ray.kill(unplaceable)

@@ -278,6 +278,39 @@ def test_synchronous_sampling_cuts_each_envs_share_with_one_version_then_waits_f
             assert following.state_in[0, 0] == f.value[-1] + 1  # the state that entered its first step
 
 
+def test_a_larger_share_releases_the_held_envs_for_more_fragments_of_the_same_version():
+    """What the manager does while a rollout worker is missing: the envs that cut their share and wait cut more of
+    this version at once; a smaller share again holds them after what they have cut."""
+    fragments = []
+    loop = RolloutLoop(functools.partial(ScriptedEnv, episode_length=5), CountingPolicy(), num_envs=2, batch_size=2,
+                       fragment_length=3, emit=fragments.append, fragments_per_version=1)
+    try:
+        loop.set_weights(0, CountingPolicy().state_dict())
+        step_until(loop, lambda: len(fragments) == 2)
+        for _ in range(3):
+            loop.step(timeout=0.2)
+        assert len(fragments) == 2
+        loop.set_fragments_per_version(3)
+        step_until(loop, lambda: len(fragments) == 6)
+        loop.set_fragments_per_version(1)
+        for _ in range(5):
+            loop.step(timeout=0.2)
+        assert len(fragments) == 6 and loop.stats()["env_steps"] == 18
+        loop.set_weights(1, CountingPolicy().state_dict())
+        step_until(loop, lambda: len(fragments) == 8)
+        for _ in range(3):
+            loop.step(timeout=0.2)
+    finally:
+        loop.close()
+    assert len(fragments) == 8
+    for env_id, chain in by_env(fragments).items():
+        assert [f.index for f in chain] == [0, 1, 2, 3], env_id
+        assert [set(f.version.tolist()) for f in chain] == [{0}, {0}, {0}, {1}]
+        np.testing.assert_array_equal(np.concatenate([f.obs["t"] for f in chain]), np.arange(12) % 5)
+    with pytest.raises(ValueError, match="set_fragments_per_version"):
+        RolloutLoop.set_fragments_per_version(loop, 0)
+
+
 def test_the_cutter_closes_a_complete_fragment_without_the_next_action():
     cutter = FragmentCutter("e", 2)
     obs = [{"x": np.full(1, k)} for k in range(3)]

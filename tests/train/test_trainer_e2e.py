@@ -101,3 +101,20 @@ def test_synchronous_sampling_trains_every_iteration_on_the_version_it_updates(r
     assert all(r["data/fragments"] == 4 for r in records)
     assert [r["data/version_lag_max"] for r in records] == [0.0] * 4
     assert records[-1]["rollout/weights_wait_s"] > 0
+    assert records[-1]["rollout/fragments_per_env_per_version"] == 2
+
+
+def test_synchronous_sampling_fills_each_iteration_with_the_rollout_workers_that_run(ray_session, tmp_path):
+    """Two rollout workers of 3 CPUs on Ray's 4: the second waits for a node that never joins, and the first one's
+    envs cut both workers' shares of each iteration rather than leave the learner waiting for the rest."""
+    config = build_config(tiny.tiny_online(
+        tmp_path, rollout_config={"synchronous_sampling": True, "num_rollout_workers": 2, "num_cpus_per_worker": 3,
+                                  "replay_buffer_config": {"max_chunks": 64, "max_reuse": 1}},
+        train_config={"num_iterations": 3}))
+    assert config.fragments_per_env_per_version() == 1
+    status, records = run(ray_session, tmp_path, config)
+    assert [r["train/iteration"] for r in records] == [1.0, 2.0, 3.0]
+    assert all(r["data/fragments"] == 4 for r in records)
+    assert status["rollout/workers_waiting_for_node"] == 1
+    assert status["rollout/fragments_per_env_per_version"] == 2
+    assert [r["data/version_lag_max"] for r in records] == [0.0] * 3
