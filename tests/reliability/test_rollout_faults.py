@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from config_fixtures.tiny import policy_generator as tiny_policy_generator
@@ -49,15 +50,17 @@ def flaky_env() -> ScriptedEnv:
                        step_sleep_s=STEP_SLEEP_S)
 
 
-def fault_config(tmp_path: Path, num_iterations: int, num_rollout_workers: int = 1):
+def fault_config(tmp_path: Path, num_iterations: int, num_rollout_workers: int = 1,
+                 synchronous_sampling: bool = False, **train: Any):
     """The tiny config with 4 envs per worker, short deadlines, and each fragment trained on once."""
     return build_config(tiny_online(
         tmp_path,
         rollout_config={"num_rollout_workers": num_rollout_workers, "to_send_queue_size": 2,
+                        "synchronous_sampling": synchronous_sampling,
                         "worker_config": {"num_envs": 4, "step_timeout": 1.5, "reset_timeout": 5.0},
                         "replay_buffer_config": {"max_chunks": 16, "max_staleness": 2, "max_reuse": 1,
                                                  "database_config": {"num_shards": 2}}},
-        train_config={"num_iterations": num_iterations, "save_interval": 0, "record_video_interval": 0}))
+        train_config={"num_iterations": num_iterations, "save_interval": 0, "record_video_interval": 0, **train}))
 
 
 def spawned_processes() -> set[int]:
@@ -154,11 +157,8 @@ def test_env_faults_and_a_killed_replay_buffer_lose_and_double_count_nothing(ray
                                                   + accounting["replay/awaiting_delete"])
 
 
-def test_a_killed_rollout_worker_is_recreated_and_training_goes_on(ray_session, tmp_path):
-    ray = ray_session
-    config = fault_config(tmp_path, num_iterations=30, num_rollout_workers=2)
-    killed: list[bool] = []
-
+def worker_killer(ray, killed: list[bool]):
+    """An injector action that kills the first rollout worker once."""
     def kill_a_worker_once() -> bool:
         if killed:
             return False
@@ -167,18 +167,45 @@ def test_a_killed_rollout_worker_is_recreated_and_training_goes_on(ray_session, 
         ray.kill(victim, no_restart=True)
         killed.append(True)
         return True
+    return kill_a_worker_once
 
-    injector = FaultInjector(3.0, kill_a_worker_once)
-    status, accounting = train_with_faults(ray, config, functools.partial(ScriptedEnv, episode_length=6,
-                                                                          step_sleep_s=STEP_SLEEP_S),
-                                           [injector], tmp_path / "ray_train")
-    assert killed and status["rollout/workers_recreated"] >= 1
-    assert accounting["rollout/workers_recreated"] >= 1
+
+def assert_a_replaced_worker_lost_at_most_what_it_held(config, status, accounting) -> None:
+    assert status["rollout/workers_recreated"] >= 1 and accounting["rollout/workers_recreated"] >= 1
     assert accounting["replay/unaccounted"] == 0
     assert accounting["replay/removed_out_of_order"] == 0, "a fragment arrived twice"
     # A killed worker loses at most what it had cut but not sent: its queue and the fragment in hand.
     assert accounting["rollout/fragments_unsent_by_replaced_workers"] <= config.rollout_config.to_send_queue_size + 1
     assert accounting["replay/added"] >= accounting["rollout/fragments_sent"]
+
+
+def test_a_killed_rollout_worker_is_recreated_and_training_goes_on(ray_session, tmp_path):
+    ray = ray_session
+    config = fault_config(tmp_path, num_iterations=30, num_rollout_workers=2)
+    killed: list[bool] = []
+    injector = FaultInjector(3.0, worker_killer(ray, killed))
+    status, accounting = train_with_faults(ray, config, functools.partial(ScriptedEnv, episode_length=6,
+                                                                          step_sleep_s=STEP_SLEEP_S),
+                                           [injector], tmp_path / "ray_train")
+    assert killed
+    assert_a_replaced_worker_lost_at_most_what_it_held(config, status, accounting)
+
+
+def test_lock_step_collection_survives_a_killed_rollout_worker(ray_session, tmp_path):
+    """Under synchronous sampling the iteration a killed worker's fragments were missing from fills with its
+    replacement's, which cuts its whole share for the version it starts with: the run ends, nothing counted twice."""
+    ray = ray_session
+    config = fault_config(tmp_path, num_iterations=12, num_rollout_workers=2, synchronous_sampling=True,
+                          batch_size_per_gpu=4)
+    assert config.fragments_per_env_per_version() == 1
+    killed: list[bool] = []
+    injector = FaultInjector(3.0, worker_killer(ray, killed))
+    status, accounting = train_with_faults(ray, config, functools.partial(ScriptedEnv, episode_length=6,
+                                                                          step_sleep_s=STEP_SLEEP_S),
+                                           [injector], tmp_path / "ray_train")
+    assert killed
+    assert_a_replaced_worker_lost_at_most_what_it_held(config, status, accounting)
+    assert status["rollout/fragments_per_env_per_version"] == 1
 
 
 BROKEN_ENV_CONFIG = """
