@@ -8,15 +8,18 @@ What carries over (facts of their paper and configuration, in this framework's k
   (``encoder_norm``, ``encoder_features`` 256, ``hidden_size`` 1024). ~4 M parameters and ~0.46 G
   multiply-adds per 64x64 frame: a GPU's work, 200x the cows default's.
 * **Updates**: 4096 env steps per iteration (32 fragments of 128), 3 epochs of 8 minibatches of 512 single steps
-  shuffled across the iteration (``minibatch_sequence_length`` 1), lr 3e-4, entropy 0.01, clip 0.2, value
-  coefficient 0.5, gradient clip 0.5; the value is learned normalised; advantages are standardised over the
-  whole iteration. 250 iterations = 1.02M env steps.
+  shuffled across the iteration (``minibatch_sequence_length`` 1), lr 3e-4, entropy 0.01, clip 0.2, gradient
+  clip 0.5; the value is learned normalised; advantages are standardised over the whole iteration. 250
+  iterations = 1.02M env steps.
 * **Credit**: discount 0.95, GAE lambda 0.65.
 
 What differs: experience is collected asynchronously (fragments of policy versions up to ``max_staleness``
 behind the learner), where their rollouts were in lock-step, which ``synchronous_sampling`` gives (it needs an
 env count that divides the iteration's 32 fragments, e.g. 32 or 64; not yet measured on a GPU, where envs and
-learner do overlap); and a fragment's last value bootstraps its return where their rollouts of 512 steps did.
+learner do overlap); a fragment's last value bootstraps its return where their rollouts of 512 steps did; and
+their value loss weighs twice this config's (``ppo_vf_coef`` 1.0 here would match) with a return normaliser
+that follows the latest returns (about ``value_beta`` 0.8 per iteration), which together left
+``crafter_score``'s 1M score within the spread of seeds (bench/notes/crafter_score.md).
 
     python bench/crafter_score.py --config craftrl.configs.crafter_resnet --seeds 0 1 2
 
