@@ -157,8 +157,11 @@ def test_env_faults_and_a_killed_replay_buffer_lose_and_double_count_nothing(ray
                                                   + accounting["replay/awaiting_delete"])
 
 
-def worker_killer(ray, killed: list[bool]):
-    """An injector action that kills the first rollout worker once."""
+def train_killing_a_worker_once(ray, config, tmp_path: Path) -> dict:
+    """Train ``config`` while the first rollout worker is killed once, 3 s in; check that it was replaced and lost
+    at most what it held; return the rollout status."""
+    killed: list[bool] = []
+
     def kill_a_worker_once() -> bool:
         if killed:
             return False
@@ -167,44 +170,31 @@ def worker_killer(ray, killed: list[bool]):
         ray.kill(victim, no_restart=True)
         killed.append(True)
         return True
-    return kill_a_worker_once
 
-
-def assert_a_replaced_worker_lost_at_most_what_it_held(config, status, accounting) -> None:
-    assert status["rollout/workers_recreated"] >= 1 and accounting["rollout/workers_recreated"] >= 1
+    env = functools.partial(ScriptedEnv, episode_length=6, step_sleep_s=STEP_SLEEP_S)
+    status, accounting = train_with_faults(ray, config, env, [FaultInjector(3.0, kill_a_worker_once)],
+                                           tmp_path / "ray_train")
+    assert killed and status["rollout/workers_recreated"] >= 1 and accounting["rollout/workers_recreated"] >= 1
     assert accounting["replay/unaccounted"] == 0
     assert accounting["replay/removed_out_of_order"] == 0, "a fragment arrived twice"
     # A killed worker loses at most what it had cut but not sent: its queue and the fragment in hand.
     assert accounting["rollout/fragments_unsent_by_replaced_workers"] <= config.rollout_config.to_send_queue_size + 1
     assert accounting["replay/added"] >= accounting["rollout/fragments_sent"]
+    return status
 
 
 def test_a_killed_rollout_worker_is_recreated_and_training_goes_on(ray_session, tmp_path):
-    ray = ray_session
-    config = fault_config(tmp_path, num_iterations=30, num_rollout_workers=2)
-    killed: list[bool] = []
-    injector = FaultInjector(3.0, worker_killer(ray, killed))
-    status, accounting = train_with_faults(ray, config, functools.partial(ScriptedEnv, episode_length=6,
-                                                                          step_sleep_s=STEP_SLEEP_S),
-                                           [injector], tmp_path / "ray_train")
-    assert killed
-    assert_a_replaced_worker_lost_at_most_what_it_held(config, status, accounting)
+    train_killing_a_worker_once(ray_session, fault_config(tmp_path, num_iterations=30, num_rollout_workers=2),
+                                tmp_path)
 
 
 def test_lock_step_collection_survives_a_killed_rollout_worker(ray_session, tmp_path):
     """Under synchronous sampling the iteration a killed worker's fragments were missing from fills with its
     replacement's, which cuts its whole share for the version it starts with: the run ends, nothing counted twice."""
-    ray = ray_session
     config = fault_config(tmp_path, num_iterations=12, num_rollout_workers=2, synchronous_sampling=True,
                           batch_size_per_gpu=4)
     assert config.fragments_per_env_per_version() == 1
-    killed: list[bool] = []
-    injector = FaultInjector(3.0, worker_killer(ray, killed))
-    status, accounting = train_with_faults(ray, config, functools.partial(ScriptedEnv, episode_length=6,
-                                                                          step_sleep_s=STEP_SLEEP_S),
-                                           [injector], tmp_path / "ray_train")
-    assert killed
-    assert_a_replaced_worker_lost_at_most_what_it_held(config, status, accounting)
+    status = train_killing_a_worker_once(ray_session, config, tmp_path)
     assert status["rollout/fragments_per_env_per_version"] == 1
 
 
