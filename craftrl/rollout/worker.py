@@ -190,7 +190,7 @@ class RolloutLoop:
         self._pending_weights: WeightsUpdate | None = None
         self._pending_share: int | None = None
         self._weights_lock = threading.Lock()
-        self._weights_arrived = threading.Event()
+        self._change_arrived = threading.Event()  # new weights or a new share: wakes a loop waiting for them
         self._held: list[EnvResult] = []  # synchronous sampling: results of envs waiting for the next version
         self._released: set[int] = set()  # envs whose held result is back in _ready, its step already closed
         self._video_label: dict[str, Any] | None = None
@@ -214,7 +214,7 @@ class RolloutLoop:
         """Queue new weights; they replace the current ones before the next forward pass (latest wins)."""
         with self._weights_lock:
             self._pending_weights = WeightsUpdate(int(version), state_dict)
-        self._weights_arrived.set()
+        self._change_arrived.set()
 
     def set_fragments_per_version(self, count: int) -> None:
         """Synchronous sampling: each env's share of fragments per version from now on, this version included."""
@@ -222,7 +222,7 @@ class RolloutLoop:
             raise ValueError(f"set_fragments_per_version: expected >= 1 under synchronous sampling, got {count}")
         with self._weights_lock:
             self._pending_share = int(count)
-        self._weights_arrived.set()
+        self._change_arrived.set()
 
     def request_video(self, label: dict[str, Any]) -> None:
         """Record the next episode that starts on env 0; ``label`` names the file (iteration, version)."""
@@ -295,8 +295,8 @@ class RolloutLoop:
 
     def _wait_for_weights(self, timeout: float | None) -> int:
         started = time.monotonic()
-        if self._weights_arrived.wait(timeout):
-            self._weights_arrived.clear()
+        if self._change_arrived.wait(timeout):
+            self._change_arrived.clear()
         self.timers.weights_wait += time.monotonic() - started
         return 0
 
