@@ -211,11 +211,11 @@ def cross_field_problems(config: OnlineConfig) -> list[str]:
                 f"iteration samples ({per_iteration}) and max_chunks ({buffer.max_chunks}), got "
                 f"{buffer.max_unsampled_chunks}; fewer would hold back the rollouts a sample waits for"
             )
-        envs = rollout.worker_config.num_envs * rollout.num_rollout_workers
-        if sync and config.fragments_per_iteration() % envs:
+        envs, fragments = rollout.worker_config.num_envs * rollout.num_rollout_workers, config.fragments_per_iteration()
+        if sync and fragments % envs:
             problems.append(
                 f"rollout_config.synchronous_sampling: expected the fragments of one iteration "
-                f"({config.fragments_per_iteration()}) to split evenly over the {envs} envs of all rollout "
+                f"({fragments}) to split evenly over the {envs} envs of all rollout "
                 "workers; change worker_config.num_envs, num_rollout_workers or the train batch"
             )
     if sync and buffer.max_reuse != 1:

@@ -189,7 +189,7 @@ class RolloutLoop:
         self.fragments_emitted = 0
         self._pending_weights: WeightsUpdate | None = None
         self._pending_share: int | None = None
-        self._weights_lock = threading.Lock()
+        self._pending_lock = threading.Lock()
         self._change_arrived = threading.Event()  # new weights or a new share: wakes a loop waiting for them
         self._held: list[EnvResult] = []  # synchronous sampling: results of envs waiting for the next version
         self._released: set[int] = set()  # envs whose held result is back in _ready, its step already closed
@@ -212,7 +212,7 @@ class RolloutLoop:
 
     def set_weights(self, version: int, state_dict: dict[str, torch.Tensor]) -> None:
         """Queue new weights; they replace the current ones before the next forward pass (latest wins)."""
-        with self._weights_lock:
+        with self._pending_lock:
             self._pending_weights = WeightsUpdate(int(version), state_dict)
         self._change_arrived.set()
 
@@ -220,7 +220,7 @@ class RolloutLoop:
         """Synchronous sampling: each env's share of fragments per version from now on, this version included."""
         if not self.fragments_per_version or count < 1:
             raise ValueError(f"set_fragments_per_version: expected >= 1 under synchronous sampling, got {count}")
-        with self._weights_lock:
+        with self._pending_lock:
             self._pending_share = int(count)
         self._change_arrived.set()
 
@@ -275,7 +275,7 @@ class RolloutLoop:
     # ---------------------------------------------------------------- internals
 
     def _apply_pending_changes(self) -> None:
-        with self._weights_lock:
+        with self._pending_lock:
             update, self._pending_weights = self._pending_weights, None
             share, self._pending_share = self._pending_share, None
         if share is not None and share != self.fragments_per_version:

@@ -245,24 +245,27 @@ def step_until(loop, done, budget_s=60.0):
         loop.step(timeout=1.0)
 
 
+def step_idle(loop, times: int) -> None:
+    """``times`` short steps, in which a loop whose envs all wait for a new version must not act."""
+    for _ in range(times):
+        loop.step(timeout=0.2)
+
+
 def test_synchronous_sampling_cuts_each_envs_share_with_one_version_then_waits_for_the_next():
     fragments = []
     loop = RolloutLoop(functools.partial(ScriptedEnv, episode_length=5), CountingPolicy(), num_envs=3, batch_size=2,
                        fragment_length=3, emit=fragments.append, fragments_per_version=2)
     try:
-        for _ in range(3):  # no version yet: nothing acts
-            loop.step(timeout=0.2)
+        step_idle(loop, 3)  # no version yet: nothing acts
         assert loop.stats()["env_steps"] == 0 and not fragments
         loop.set_weights(0, CountingPolicy().state_dict())
         step_until(loop, lambda: len(fragments) == 6)
-        for _ in range(5):  # each env has cut its 2 fragments: the loop waits for weights, not for envs
-            loop.step(timeout=0.2)
+        step_idle(loop, 5)  # each env has cut its 2 fragments: the loop waits for weights, not for envs
         assert len(fragments) == 6 and loop.stats()["env_steps"] == 18
         assert loop.stats()["weights_wait_s"] >= 0.8
         loop.set_weights(1, dict(CountingPolicy().state_dict(), action_scores=torch.tensor([0.0, 50.0])))
         step_until(loop, lambda: len(fragments) == 12)
-        for _ in range(3):
-            loop.step(timeout=0.2)
+        step_idle(loop, 3)
     finally:
         loop.close()
     assert len(fragments) == 12
@@ -287,19 +290,16 @@ def test_a_larger_share_releases_the_held_envs_for_more_fragments_of_the_same_ve
     try:
         loop.set_weights(0, CountingPolicy().state_dict())
         step_until(loop, lambda: len(fragments) == 2)
-        for _ in range(3):
-            loop.step(timeout=0.2)
+        step_idle(loop, 3)
         assert len(fragments) == 2
         loop.set_fragments_per_version(3)
         step_until(loop, lambda: len(fragments) == 6)
         loop.set_fragments_per_version(1)
-        for _ in range(5):
-            loop.step(timeout=0.2)
+        step_idle(loop, 5)
         assert len(fragments) == 6 and loop.stats()["env_steps"] == 18
         loop.set_weights(1, CountingPolicy().state_dict())
         step_until(loop, lambda: len(fragments) == 8)
-        for _ in range(3):
-            loop.step(timeout=0.2)
+        step_idle(loop, 3)
     finally:
         loop.close()
     assert len(fragments) == 8
@@ -308,7 +308,7 @@ def test_a_larger_share_releases_the_held_envs_for_more_fragments_of_the_same_ve
         assert [set(f.version.tolist()) for f in chain] == [{0}, {0}, {0}, {1}]
         np.testing.assert_array_equal(np.concatenate([f.obs["t"] for f in chain]), np.arange(12) % 5)
     with pytest.raises(ValueError, match="set_fragments_per_version"):
-        RolloutLoop.set_fragments_per_version(loop, 0)
+        loop.set_fragments_per_version(0)
 
 
 def test_the_cutter_closes_a_complete_fragment_without_the_next_action():
