@@ -20,10 +20,11 @@ each deadline the CPU time of every process of the run is recorded by role (the 
 
 Writes ``OUTPUT_ROOT/peers.md`` and ``OUTPUT_ROOT/peers_cows.png`` (with ``--write-results`` also
 ``bench/results/peers.md`` and ``bench/figures/peers_cows.png``, which ``make bench`` puts into BENCHMARKS.md).
-The last two lines are ``P2 sps_ratio_vs_best_peer=<craftrl / fastest peer, median env steps/s>`` and
-``P3 time_to_3_cows_ratio_vs_best_peer=<craftrl / quickest peer, median seconds to 3 cows>``; a system that
-never reaches 3 cows counts as infinitely slow (``inf`` if only craftrl misses, ``0`` if only the peers miss,
-``nan`` if nobody reaches it).
+The last three lines are ``P2 sps_ratio_vs_best_peer=<craftrl / fastest peer, median env steps/s>``,
+``P3 time_to_3_cows_ratio_vs_best_peer=<craftrl / quickest peer, median seconds to 3 cows>`` and
+``P3b env_steps_to_3_cows_ratio_vs_best_peer=<craftrl / the peer with the fewest, median env steps to 3
+cows>``; a system that never reaches 3 cows counts as infinitely slow (``inf`` if only craftrl misses, ``0`` if
+only the peers miss, ``nan`` if nobody reaches it).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -50,7 +51,7 @@ PEERS_DIR = BENCH / "peers"
 sys.path.insert(0, str(PEERS_DIR))  # peer_curve; time_to_cows is importable from BENCH (sys.path[0])
 
 import time_to_cows  # noqa: E402
-from peer_curve import LAUNCHED_AT_ENV, THRESHOLDS, summarize_points, time_or_inf  # noqa: E402
+from peer_curve import LAUNCHED_AT_ENV, THRESHOLDS, summarize_points, reached_or_inf  # noqa: E402
 
 PEER_SCRIPTS: dict[str, list[str]] = {
     "sb3-ppo": ["sb3_cows.py"],
@@ -239,28 +240,46 @@ def fmt_cows(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
-def headline_ratios(summaries: list[dict[str, Any]]) -> tuple[float, float, str, str]:
-    """(P2, P3, fastest peer, quickest peer to 3 cows) from per-system medians over seeds."""
+class Headline(NamedTuple):
+    p2: float  # craftrl / fastest peer, median env steps/s
+    p3: float  # craftrl / quickest peer, median seconds to 3 cows
+    p3b: float  # craftrl / the peer with the fewest median env steps to 3 cows
+    fastest: str
+    quickest: str
+    leanest: str
+
+
+def headline_ratios(summaries: list[dict[str, Any]]) -> Headline:
+    """P2, P3 and P3b, and the peer each compares against, from per-system medians over seeds."""
     systems = sorted({s["system"] for s in summaries}, key=SYSTEMS.index)
-    sps = {name: median([s.get("end_to_end_sps", 0.0) for s in summaries if s["system"] == name]) for name in systems}
-    to3 = {name: median([time_or_inf(s.get("time_to_3_cows_s")) for s in summaries if s["system"] == name])
-           for name in systems}
+
+    def medians(value) -> dict[str, float]:
+        return {name: median([value(s) for s in summaries if s["system"] == name]) for name in systems}
+
+    sps = medians(lambda s: s.get("end_to_end_sps", 0.0))
+    to3 = medians(lambda s: reached_or_inf(s.get("time_to_3_cows_s")))
+    steps3 = medians(lambda s: reached_or_inf(s.get("env_steps_to_3_cows")))
     peers = [name for name in systems if name != "craftrl"]
     if "craftrl" not in systems or not peers:
-        return math.nan, math.nan, "", ""
+        return Headline(math.nan, math.nan, math.nan, "", "", "")
     fastest = max(peers, key=lambda name: sps[name])
     quickest = min(peers, key=lambda name: to3[name])
+    leanest = min(peers, key=lambda name: steps3[name])
     p2 = sps["craftrl"] / sps[fastest] if sps[fastest] > 0 else math.nan
-    ours, theirs = to3["craftrl"], to3[quickest]
+    return Headline(p2, reached_ratio(to3["craftrl"], to3[quickest]),
+                    reached_ratio(steps3["craftrl"], steps3[leanest]), fastest, quickest, leanest)
+
+
+def reached_ratio(ours: float, theirs: float) -> float:
+    """ours / theirs, where inf means never reached: nan if neither reached, inf if only ours did not, 0 if
+    only theirs did not."""
     if math.isinf(ours) and math.isinf(theirs):
-        p3 = math.nan
-    elif math.isinf(ours):
-        p3 = math.inf
-    elif math.isinf(theirs):
-        p3 = 0.0
-    else:
-        p3 = ours / theirs
-    return p2, p3, fastest, quickest
+        return math.nan
+    if math.isinf(ours):
+        return math.inf
+    if math.isinf(theirs):
+        return 0.0
+    return ours / theirs
 
 
 def plot(summaries: list[dict[str, Any]], run_dirs: dict[tuple[str, int], Path], minutes: float, path: Path) -> None:
@@ -304,7 +323,7 @@ def versions() -> str:
 
 
 def results_markdown(summaries: list[dict[str, Any]], context: dict[str, Any], figure: str) -> str:
-    p2, p3, fastest, quickest = headline_ratios(summaries)
+    p2, p3, p3b, fastest, quickest, leanest = headline_ratios(summaries)
     lines = [
         "## Against peers on the default task (`bench/peers.py`, P2 and P3)", "",
         f"`{context['command']}`, {context['date']}, {context['cores']} cores, 1-minute load average "
@@ -317,20 +336,25 @@ def results_markdown(summaries: list[dict[str, Any]], context: dict[str, Any], f
         "|---|---:|---:|---:|---|---:|---|",
     ]
     for s in summaries:
-        times = " / ".join(fmt_s(time_or_inf(s.get(f"time_to_{t:g}_cows_s"))) for t in THRESHOLDS)
+        times = " / ".join(fmt_s(reached_or_inf(s.get(f"time_to_{t:g}_cows_s"))) for t in THRESHOLDS)
         cows = " / ".join(fmt_cows(s.get(f"cows_at_{m:g}min")) for m in (5, 10, 15, 20))
         steps3 = s.get("env_steps_to_3_cows")
         lines.append(f"| {LABELS.get(s['system'], s['system'])} | {s['seed']} | {s['params'] / 1e6:.2f} M | "
                      f"{s.get('end_to_end_sps', 0.0):.0f} | {times} | {'not reached' if steps3 is None else steps3} | {cows} |")
     systems = sorted({s["system"] for s in summaries}, key=SYSTEMS.index)
-    lines += ["", "| system | median env steps/s | median time to 3 cows | seeds |", "|---|---:|---|---:|"]
+    lines += ["", "| system | median env steps/s | median time to 3 cows | median env steps to 3 cows | seeds |",
+              "|---|---:|---|---:|---:|"]
     for name in systems:
         mine = [s for s in summaries if s["system"] == name]
+        steps = median([reached_or_inf(s.get("env_steps_to_3_cows")) for s in mine])
         lines.append(f"| {LABELS.get(name, name)} | {median([s.get('end_to_end_sps', 0.0) for s in mine]):.0f} | "
-                     f"{fmt_s(median([time_or_inf(s.get('time_to_3_cows_s')) for s in mine]))} | {len(mine)} |")
+                     f"{fmt_s(median([reached_or_inf(s.get('time_to_3_cows_s')) for s in mine]))} | "
+                     f"{'not reached' if math.isinf(steps) else f'{steps:.0f}'} | {len(mine)} |")
     lines += ["", f"**P2** (craftrl / fastest peer, {LABELS.get(fastest, fastest)}, median env steps/s): **{p2:.2f}**. "
               f"**P3** (craftrl / quickest peer to 3 cows, {LABELS.get(quickest, quickest)}, median seconds; "
-              f"a median that did not reach 3 cows in {context['minutes']:g} min counts as infinite): **{p3:.2f}**.", ""]
+              f"a median that did not reach 3 cows in {context['minutes']:g} min counts as infinite): **{p3:.2f}**. "
+              f"**P3b** (craftrl / the peer with the fewest, {LABELS.get(leanest, leanest)}, median env steps to 3 "
+              f"cows): **{p3b:.2f}**.", ""]
     lines += verdict(p2, p3, fastest, quickest, summaries, context["minutes"])
     lines += ["", f"![cows per episode against wall-clock minutes]({figure})", ""]
     lines += profile_table(summaries)
@@ -443,9 +467,10 @@ def main() -> None:
         markdown_path.write_text(results_markdown(summaries, context, figure_link))
     print(results_markdown(summaries, context, str(root / "peers_cows.png")), flush=True)
     print(f"peers: results in {root}", flush=True)
-    p2, p3, _, _ = headline_ratios(summaries)
-    print(f"P2 sps_ratio_vs_best_peer={p2:.3f}", flush=True)
-    print(f"P3 time_to_3_cows_ratio_vs_best_peer={p3:.3f}", flush=True)
+    headline = headline_ratios(summaries)
+    print(f"P2 sps_ratio_vs_best_peer={headline.p2:.3f}", flush=True)
+    print(f"P3 time_to_3_cows_ratio_vs_best_peer={headline.p3:.3f}", flush=True)
+    print(f"P3b env_steps_to_3_cows_ratio_vs_best_peer={headline.p3b:.3f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -157,7 +157,8 @@ def summarize_points(points: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def time_or_inf(value: float | None) -> float:
+def reached_or_inf(value: float | None) -> float:
+    """A time or step count to a threshold; None (never reached) as infinity, so medians rank it last."""
     return math.inf if value is None else float(value)
 
 

@@ -49,6 +49,10 @@ def test_default_config_is_valid_and_its_policy_acts():
     """`make run` trains craftrl.configs.default: it must validate and its policy must act in its env."""
     loaded = load_config("craftrl.configs.default")
     assert loaded.online.train_config.advantage_std_floor > 0 and not loaded.online.train_config.use_normalized_vf
+    # what its docstring says: a feed-forward policy trained in lock-step on shuffled single steps
+    assert loaded.online.rollout_config.synchronous_sampling and loaded.online.fragments_per_env_per_version() == 2
+    assert loaded.online.train_config.minibatch_sequence_length == 1
+    assert loaded.policy_generator().initial_state(1) == {}
     reward, terminated, truncated = _act_once(loaded)
     assert reward >= 0.0 and not (terminated and truncated)
 
