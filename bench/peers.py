@@ -325,7 +325,7 @@ def versions() -> str:
 def results_markdown(summaries: list[dict[str, Any]], context: dict[str, Any], figure: str) -> str:
     p2, p3, p3b, fastest, quickest, leanest = headline_ratios(summaries)
     lines = [
-        "## Against peers on the default task (`bench/peers.py`, P2 and P3)", "",
+        "## Against peers on the default task (`bench/peers.py`, P2, P3 and P3b)", "",
         f"`{context['command']}`, {context['date']}, {context['cores']} cores, 1-minute load average "
         f"{context['load_before']:.1f} before / {context['load_after']:.1f} after; {context['versions']}. "
         "Systems ran one at a time, seeds interleaved; each clock starts at its command's launch (imports, Ray and "
@@ -356,6 +356,9 @@ def results_markdown(summaries: list[dict[str, Any]], context: dict[str, Any], f
               f"**P3b** (craftrl / the peer with the fewest, {LABELS.get(leanest, leanest)}, median env steps to 3 "
               f"cows): **{p3b:.2f}**.", ""]
     lines += verdict(p2, p3, fastest, quickest, summaries, context["minutes"])
+    if not math.isnan(p3b):
+        lines += ["", f"In env steps craftrl needed {p3b:.2f}x what {LABELS.get(leanest, leanest)} needed to 3 cows "
+                      f"per episode (P3b's target: 0.5 or less)."]
     lines += ["", f"![cows per episode against wall-clock minutes]({figure})", ""]
     lines += profile_table(summaries)
     lines += ["", "Commands (each run's settings are in its `summary.json`):", ""]

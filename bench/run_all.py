@@ -76,7 +76,7 @@ def _has_cuda() -> bool:
 
 
 def trailing_headlines(lines: list[str]) -> list[str]:
-    """The headline lines a script ends with (peers.py ends with two, P2 then P3), in printed order."""
+    """The headline lines a script ends with (peers.py ends with three: P2, P3, P3b), in printed order."""
     found = []
     for line in reversed(lines):
         if not (line.startswith("P") and line[1:2].isdigit()):

@@ -238,7 +238,8 @@ def wall_time_split(run_dir: Path) -> dict[str, float]:
     """Where the rollout loop's and the learner's wall time went over a run, as fractions of each.
 
     Rollout: from the manager's cumulative timers in the last ``metrics.jsonl`` record (``rollout/loop_s`` is
-    the loops' whole time; what the named parts leave is fragment cutting and sending actions and fragments).
+    the loops' whole time; what the named parts, lock-step waits included, leave is fragment cutting and sending
+    actions and fragments).
     Learner: the per-iteration ``time/*`` seconds summed, against the time from its first to last iteration
     (the rest is logging and checkpoints). Empty for a run without these metrics."""
     records = read_jsonl(run_dir / "metrics.jsonl")
@@ -249,7 +250,8 @@ def wall_time_split(run_dir: Path) -> dict[str, float]:
         loop = last["rollout/loop_s"]
         parts = {"rollout: inference (forward + sampling)": last.get("rollout/inference_s", 0.0),
                  "rollout: waiting for env processes": last.get("rollout/env_wait_s", 0.0),
-                 "rollout: blocked on a full send queue": last.get("rollout/emit_wait_s", 0.0)}
+                 "rollout: blocked on a full send queue": last.get("rollout/emit_wait_s", 0.0),
+                 "rollout: every env held for the next version (lock-step)": last.get("rollout/weights_wait_s", 0.0)}
         split.update({name: seconds / loop for name, seconds in parts.items()})
         split["rollout: fragment cutting, sends (transport)"] = max(0.0, 1.0 - sum(split.values()))
     if len(timed) >= 2:

@@ -61,13 +61,14 @@ def test_wall_time_split_reads_the_rollout_timers_and_sums_the_learner_times(tmp
     records = [{"time": LAUNCH + 10 * i, "time/compute_s": 6.0, "time/wait_data_s": 3.0, "time/broadcast_s": 0.5}
                for i in range(1, 6)]  # 40 s from the first to the last iteration, 4 iterations inside it
     records[-1].update({"rollout/loop_s": 200.0, "rollout/inference_s": 80.0, "rollout/env_wait_s": 60.0,
-                        "rollout/emit_wait_s": 20.0})
+                        "rollout/emit_wait_s": 20.0, "rollout/weights_wait_s": 30.0})
     with (run / "metrics.jsonl").open("a") as metrics:
         metrics.write("\n".join(json.dumps(r) for r in records) + "\n")
     split = time_to_cows.wall_time_split(run)
     assert split["rollout: inference (forward + sampling)"] == 0.4
     assert split["rollout: waiting for env processes"] == 0.3
-    assert split["rollout: fragment cutting, sends (transport)"] == pytest.approx(0.2)
+    assert split["rollout: every env held for the next version (lock-step)"] == 0.15
+    assert split["rollout: fragment cutting, sends (transport)"] == pytest.approx(0.05)
     assert split["learner: computing (evaluation, GAE, epochs)"] == 24.0 / 40.0
     assert split["learner: waiting for data"] == 12.0 / 40.0
     assert split["learner: other (metrics, checkpoints)"] == pytest.approx(1.0 - 38.0 / 40.0)  # 24 + 12 + 2 s of broadcasts
