@@ -1,0 +1,37 @@
+"""bench/peers.py's headline ratios (P2, P3, P3b) from per-run summaries, without running any system."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+import peers  # noqa: E402
+
+
+def summary(system: str, seed: int, sps: float, seconds: float | None, steps: float | None) -> dict:
+    return {"system": system, "seed": seed, "end_to_end_sps": sps, "time_to_3_cows_s": seconds,
+            "env_steps_to_3_cows": steps}
+
+
+def test_p3b_compares_median_env_steps_with_the_peer_that_needed_fewest():
+    """SB3 is quicker in seconds, RLlib leaner in env steps: P3 and P3b each pick their own peer, and a seed
+    that never reached 3 cows counts as infinitely many steps in its median."""
+    runs = [summary("craftrl", 0, 2000.0, 50.0, 90_000), summary("craftrl", 1, 2200.0, 60.0, 80_000),
+            summary("craftrl", 2, 2100.0, None, None),
+            summary("sb3-ppo", 0, 900.0, 100.0, 200_000), summary("sb3-ppo", 1, 950.0, 110.0, 210_000),
+            summary("rllib-ppo", 0, 500.0, 200.0, 100_000), summary("rllib-ppo", 1, 520.0, 300.0, 160_000),
+            summary("rllib-ppo", 2, 510.0, None, None)]
+    headline = peers.headline_ratios(runs)
+    assert (headline.fastest, headline.quickest, headline.leanest) == ("sb3-ppo", "sb3-ppo", "rllib-ppo")
+    assert headline.p2 == 2100.0 / 925.0
+    assert headline.p3 == 60.0 / 105.0
+    assert headline.p3b == 90_000 / 160_000
+
+
+def test_ratios_when_a_side_never_reached_3_cows():
+    assert peers.reached_ratio(math.inf, 100.0) == math.inf
+    assert peers.reached_ratio(100.0, math.inf) == 0.0
+    assert math.isnan(peers.reached_ratio(math.inf, math.inf))
+    assert peers.reached_ratio(50.0, 100.0) == 0.5
