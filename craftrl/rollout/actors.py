@@ -476,7 +476,7 @@ class RolloutManager:
         workers, _ = self._workers_and_statuses()
         # a worker still in its constructor on a full cluster is placed, and will cut its share
         missing = {i for i in self.waiting_for_node if not actor_placed(workers[i])} | set(self.given_up)
-        share = self.online.fragments_per_env_per_version(max(len(workers) - len(missing), 1))
+        share = self.online.fragments_per_env_per_version(len(workers) - len(missing))  # counts at least 1 worker
         if share == self.share_sent:
             return
         logger.warning("synchronous sampling: %d of %d rollout workers run; each env now cuts %d fragments per "
