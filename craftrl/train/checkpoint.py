@@ -8,8 +8,9 @@ Layout: ``<save_path>/iter_<NNNNNNNN>/`` holding ``state.pt`` (everything below)
   it is among the ``keep_last`` newest; every other one is deleted. (``keep_interval`` 0 keeps only the
   newest.) MineStudio's version of this had a sign error and deleted the wrong ones.
 * Contents: model, optimiser, grad scaler, iteration, model version, env steps, trained samples, current
-  rho, the KL reference policy, RNG states and the resolved config -- what ``resume`` needs to continue
-  with identical counters. MineStudio inferred the iteration from the learning rate instead.
+  rho and adapted entropy weight, the KL reference policy, RNG states and the resolved config -- what
+  ``resume`` needs to continue with identical counters. MineStudio inferred the iteration from the learning
+  rate instead.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ class TrainingState:
     env_steps: int = 0  # env steps collected by the rollout side when the checkpoint was taken
     trained_samples: int = 0  # env steps consumed by the learner (counting reuse)
     rho: float = 0.0
+    entropy_coef: float | None = None  # the entropy bonus's weight when target_entropy adapts it
     extra: dict[str, Any] = field(default_factory=dict)
 
 

@@ -32,6 +32,7 @@ from craftrl.policies.state import detach_state, tree_leaves, tree_map
 from craftrl.rollout.fragment import Fragment
 from craftrl.train.batch import Batch, collate, cut_sequences, merge_batches, select_rows, slice_time
 from craftrl.train.distributed import all_reduce, all_reduce_max, rank_mean
+from craftrl.train.entropy_control import next_entropy_coef
 from craftrl.train.gae import compute_gae, successors
 from craftrl.train.losses import (advantage_moments, clipped_policy_loss, explained_variance_from_sums,
                                   masked_mean, normalize_advantages, value_loss)
@@ -92,6 +93,7 @@ class PPOLearner:
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.use_amp)
         self.reference = reference
         self.rho = config.kl_divergence_coef_rho
+        self.entropy_coef = config.entropy_bonus_coef
         self.skipped_steps = 0
 
     def load_optimizer_state(self, state: dict) -> None:
@@ -324,7 +326,7 @@ class PPOLearner:
                                                                                  cfg.log_ratio_range)
             proximal_kl = masked_mean(moved.exp() - 1.0 - moved, mask)
         policy_coef, entropy_coef, rho = (0.0, 0.0, 0.0) if warmup else (cfg.ppo_policy_coef,
-                                                                         cfg.entropy_bonus_coef, self.rho)
+                                                                         self.entropy_coef, self.rho)
         # Zero coefficients still keep every parameter in the graph, which DDP requires.
         loss = policy_coef * policy.loss + cfg.ppo_vf_coef * v_loss + rho * kl - entropy_coef * entropy
         terms = {"loss/policy": policy.loss, "loss/value": v_loss, "loss/entropy": entropy, "loss/kl_reference": kl,
@@ -394,7 +396,10 @@ class PPOLearner:
         if self.config.enable_ref_update and self.reference is not None and iteration >= self.config.vf_warmup:
             move_towards(self.reference, self.policy, self.config.ref_update_rate)
         metrics.update(self._data_metrics(batches, fragments, version))
-        metrics.update({"ppo/learning_rate": lr, "ppo/rho": self.rho,
+        metrics.update({"ppo/learning_rate": lr, "ppo/rho": self.rho, "ppo/entropy_coef": self.entropy_coef,
                         "ppo/skipped_steps_total": float(self.skipped_steps)})
         self.rho *= self.config.coef_rho_decay
+        if self.config.target_entropy is not None and iteration >= self.config.vf_warmup:
+            self.entropy_coef = next_entropy_coef(self.entropy_coef, metrics["loss/entropy"],
+                                                  self.config.target_entropy, self.config.entropy_coef_step)
         return metrics

@@ -106,6 +106,8 @@ class _Run:
                                             else None)
         self.learner = PPOLearner(model, train, self.device, reference)
         self.learner.rho = self.state.rho
+        if train.target_entropy is not None and self.state.entropy_coef is not None:
+            self.learner.entropy_coef = self.state.entropy_coef  # the controller continues where it stood
         if resumed and train.resume_optimizer and self._payload.get("optimizer"):
             self.learner.load_optimizer_state(self._payload["optimizer"])
             if self._payload.get("scaler"):
@@ -216,6 +218,7 @@ class _Run:
             return
         learner = self.learner
         self.state.rho = learner.rho
+        self.state.entropy_coef = learner.entropy_coef if self.train.target_entropy is not None else None
         self.checkpoints.save(self.state, model=learner.policy.state_dict(),
                               optimizer=learner.optimizer.state_dict(),
                               reference=learner.reference.state_dict() if learner.reference is not None else None,

@@ -14,6 +14,7 @@ from craftrl.policies.checks import REORDERING_ULPS, mismatch_ulps
 from craftrl.train.checkpoint import (TrainingState, apply_retention, checkpoints_to_delete, list_checkpoints,
                                       load_checkpoint, resolve_resume, save_checkpoint)
 from craftrl.train.batch import cut_sequences
+from craftrl.train.entropy_control import next_entropy_coef
 from craftrl.train.learner import PPOLearner
 from craftrl.train.reference import make_reference, move_towards
 from train_fragments import bandit_fragments, random_images
@@ -248,6 +249,52 @@ def test_nan_in_the_data_skips_the_step_and_leaves_weights_untouched():
             torch.testing.assert_close(value, before[name], msg=name)
 
 
+def test_next_entropy_coef_rises_below_the_target_falls_above_it_and_stays_non_negative():
+    assert next_entropy_coef(0.01, entropy=0.5, target_entropy=1.5, step=0.02) == pytest.approx(0.03)
+    assert next_entropy_coef(0.03, entropy=2.0, target_entropy=1.5, step=0.02) == pytest.approx(0.02)
+    assert next_entropy_coef(0.01, entropy=2.8, target_entropy=1.5, step=0.02) == 0.0
+    assert next_entropy_coef(0.02, entropy=1.5, target_entropy=1.5, step=0.02) == pytest.approx(0.02)
+
+
+@pytest.mark.parametrize("target_entropy", [None, 0.0, 5.0])
+def test_target_entropy_adapts_the_entropy_weight_the_loss_uses(target_entropy):
+    """Without a target the configured weight stays; with one, each iteration moves it by step * (target -
+    the iteration's mean entropy), from entropy_bonus_coef, and the next iteration's loss carries it."""
+    torch.manual_seed(8)
+    rng = np.random.default_rng(8)
+    policy = mlp_policy_generator(obs_dim=4, num_actions=2)
+    config = train_config(entropy_bonus_coef=0.02, target_entropy=target_entropy, entropy_coef_step=0.1)
+    learner = PPOLearner(policy, config, torch.device("cpu"))
+    expected = 0.02
+    for iteration in range(3):
+        fragments = bandit_fragments(policy, num_envs=8, length=10, rng=rng, version=iteration)
+        metrics = learner.iteration(fragments, iteration, iteration, torch.Generator().manual_seed(0))
+        assert metrics["ppo/entropy_coef"] == pytest.approx(expected), "the metric is the weight this iteration used"
+        if target_entropy is not None:
+            expected = max(0.0, expected + 0.1 * (target_entropy - metrics["loss/entropy"]))
+        assert learner.entropy_coef == pytest.approx(expected)
+    if target_entropy == 0.0:
+        assert learner.entropy_coef == 0.0, "a policy above the target loses its bonus"
+    if target_entropy == 5.0:
+        assert learner.entropy_coef > 0.02 + 3 * 0.1 * (5.0 - np.log(2)), "below the target (at most ln 2) it grows"
+
+
+def test_the_entropy_weight_is_the_one_the_loss_subtracts():
+    """Two learners on the same data and weights, one with an entropy weight of 0 and one of 1: their losses
+    differ by exactly the policy's entropy."""
+    torch.manual_seed(9)
+    policy = mlp_policy_generator(obs_dim=4, num_actions=2)
+    fragments = bandit_fragments(policy, num_envs=4, length=6, rng=np.random.default_rng(9), version=0)
+    losses = []
+    for weight in (0.0, 1.0):
+        learner = PPOLearner(copy.deepcopy(policy), train_config(), torch.device("cpu"))
+        learner.entropy_coef = weight
+        batch = learner.prepare(fragments)[0]
+        loss, terms, _, _ = learner._slice_loss(batch, 0, batch.length, batch.state_in, batch.state_in, False)
+        losses.append((float(loss), float(terms["loss/entropy"])))
+    assert losses[0][0] - losses[1][0] == pytest.approx(losses[0][1], rel=1e-5)
+
+
 def _flat(module: torch.nn.Module) -> torch.Tensor:
     return torch.cat([p.detach().reshape(-1) for p in module.parameters()])
 
@@ -363,7 +410,8 @@ def test_checkpoint_round_trip_restores_everything(tmp_path):
     policy = mlp_policy_generator(obs_dim=4, num_actions=2)
     learner = PPOLearner(policy, train_config(), torch.device("cpu"))
     learner.iteration(bandit_fragments(policy, 4, 8, np.random.default_rng(4)), 0, 0, torch.Generator())
-    training = TrainingState(iteration=7, version=6, env_steps=1234, trained_samples=99, rho=0.05)
+    training = TrainingState(iteration=7, version=6, env_steps=1234, trained_samples=99, rho=0.05,
+                             entropy_coef=0.03)
     path = save_checkpoint(tmp_path, training, model=policy.state_dict(), optimizer=learner.optimizer.state_dict(),
                            reference=None, config_yaml="a: 1\n")
     assert path.name == "iter_00000007" and (path / "config.yaml").read_text() == "a: 1\n"

@@ -62,11 +62,12 @@ def test_local_mode_trains_publishes_and_checkpoints(ray_session, tmp_path):
     assert status["rollout/workers_recreated"] == 0
 
 
-def test_resume_latest_continues_the_counters_and_the_moving_reference(ray_session, tmp_path):
-    """Also the in-process reading of the store (num_readers 0) that the default config uses, and a KL reference
-    that follows the policy (enable_ref_update): the resumed run moves on from the checkpoint's reference."""
+def test_resume_latest_continues_the_counters_the_moving_reference_and_the_entropy_weight(ray_session, tmp_path):
+    """Also the in-process reading of the store (num_readers 0) that the default config uses, a KL reference
+    that follows the policy (enable_ref_update) and an entropy weight adapted towards a target: the resumed run
+    moves on from the checkpoint's reference and weight."""
     moving_reference = {"num_readers": 0, "kl_divergence_coef_rho": 0.1, "enable_ref_update": True,
-                        "ref_update_rate": 0.5}
+                        "ref_update_rate": 0.5, "target_entropy": 10.0, "entropy_coef_step": 0.01}
     run(ray_session, tmp_path, tiny_config(tmp_path, num_iterations=2, **moving_reference))
     (tmp_path / "metrics.jsonl").unlink()
     _, records = run(ray_session, tmp_path, tiny_config(tmp_path, num_iterations=4, resume="latest",
@@ -80,6 +81,9 @@ def test_resume_latest_continues_the_counters_and_the_moving_reference(ray_sessi
             expected = saved["reference"][name].lerp(resumed["model"][name], 0.5)
             torch.testing.assert_close(reference, expected, rtol=0, atol=0, msg=name)
     assert any(not torch.equal(saved["reference"][name], saved["model"][name]) for name in saved["model"])
+    saved_weight = saved["training"].entropy_coef
+    assert saved_weight > tiny_config(tmp_path).train_config.entropy_bonus_coef, "grew towards the target"
+    assert records[0]["ppo/entropy_coef"] == pytest.approx(saved_weight), "the resumed run uses the saved weight"
 
 
 def test_two_ray_train_workers_run_ddp(ray_session, tmp_path):
