@@ -15,8 +15,12 @@ defaults (docs/config.md). Why each choice, in short (the measurements: bench/no
 * **Updates**: 1024 env steps per iteration (32 fragments of 32 steps), 4 epochs, each fragment used once. The
   first 30 iterations take whole-batch steps, which find the first cows soonest while rewards are rare; then
   single steps shuffled into 8 minibatches, which keep the entropy up and climb past where whole-batch runs
-  level off. ``target_kl`` ends an iteration's epochs once the policy has moved far enough; lr 5e-4 suits the
-  32 small steps an iteration then takes.
+  level off. lr 5e-4 suits the 32 small steps an iteration then takes.
+* **Entropy held at 1.5 nats** (``target_entropy``; ln 17 = 2.83 is uniform): no bonus while the policy is more
+  random than that, so the first kills are not pulled back, and a bonus that grows once it is less random, so
+  it does not collapse onto pressing `do` where it stands. With that guard every iteration takes all its
+  epochs (no ``target_kl``): 3 cows per episode after a median 65k env steps over 9 seeds, where the same
+  config with ``target_kl`` 0.02 and a fixed bonus of 0.01 took 85k.
 * **Learner precision**: bfloat16 where the CPU has native bf16 instructions (float32 elsewhere), which leaves
   more of 2 cores to the envs.
 * **Envs**: 16, acting in two groups of 8 so that inference on one overlaps stepping of the other;
@@ -67,7 +71,7 @@ online_dict = {
         "advantage_std_floor": 0.1,
         "cpu_bf16": True,
         "num_readers": 0,
-        "target_kl": 0.02,
+        "target_entropy": 1.5,
         "save_interval": 50,
         "keep_interval": 0,
         "record_video_interval": 100,
