@@ -56,6 +56,7 @@ def _with(path: str, value):
 BAD_CONFIGS = [
     (_with("train_config.learnin_rate", 1e-4), "train_config.learnin_rate: unknown key; did you mean learning_rate?"),
     (_with("rollout_config.fragment_lenght", 12), "did you mean fragment_length?"),
+    (_with("train_config.entropy_target", 1.0), "train_config.entropy_target: unknown key; did you mean target_entropy?"),
     (_with("rollout_config.worker_config.num_env", 3), "rollout_config.worker_config.num_env: unknown key; did you mean num_envs?"),
     (_with("completely_unrelated", 1), "completely_unrelated: unknown key; valid keys here:"),
     (_with("rollout_config.worker_config.batch_size", 13), "batch_size: expected <= worker_config.num_envs (12), got 13"),
