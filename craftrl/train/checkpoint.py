@@ -40,7 +40,7 @@ class TrainingState:
     env_steps: int = 0  # env steps collected by the rollout side when the checkpoint was taken
     trained_samples: int = 0  # env steps consumed by the learner (counting reuse)
     rho: float = 0.0
-    entropy_coef: float | None = None  # the entropy bonus's weight when target_entropy adapts it
+    entropy_coef: float | None = None  # the entropy bonus's weight (a resume with target_entropy continues from it)
     extra: dict[str, Any] = field(default_factory=dict)
 
 

@@ -393,13 +393,14 @@ class PPOLearner:
         self.model.train()
         batches = self.prepare(fragments)
         metrics = self.train_epochs(batches, iteration, generator)
-        if self.config.enable_ref_update and self.reference is not None and iteration >= self.config.vf_warmup:
+        policy_trained = iteration >= self.config.vf_warmup
+        if self.config.enable_ref_update and self.reference is not None and policy_trained:
             move_towards(self.reference, self.policy, self.config.ref_update_rate)
         metrics.update(self._data_metrics(batches, fragments, version))
         metrics.update({"ppo/learning_rate": lr, "ppo/rho": self.rho, "ppo/entropy_coef": self.entropy_coef,
                         "ppo/skipped_steps_total": float(self.skipped_steps)})
         self.rho *= self.config.coef_rho_decay
-        if self.config.target_entropy is not None and iteration >= self.config.vf_warmup:
+        if self.config.target_entropy is not None and policy_trained:
             self.entropy_coef = next_entropy_coef(self.entropy_coef, metrics["loss/entropy"],
                                                   self.config.target_entropy, self.config.entropy_coef_step)
         return metrics

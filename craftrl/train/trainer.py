@@ -218,7 +218,7 @@ class _Run:
             return
         learner = self.learner
         self.state.rho = learner.rho
-        self.state.entropy_coef = learner.entropy_coef if self.train.target_entropy is not None else None
+        self.state.entropy_coef = learner.entropy_coef
         self.checkpoints.save(self.state, model=learner.policy.state_dict(),
                               optimizer=learner.optimizer.state_dict(),
                               reference=learner.reference.state_dict() if learner.reference is not None else None,
