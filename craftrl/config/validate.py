@@ -77,7 +77,8 @@ def _build_section(section_type: type, data: Mapping[str, Any], prefix: str, pro
     for name in data:
         if name not in fields:
             path = f"{prefix}{name}"
-            same_words = [field for field in fields if sorted(field.split("_")) == sorted(str(name).split("_"))]
+            words = sorted(str(name).split("_"))
+            same_words = [field for field in fields if sorted(field.split("_")) == words]
             hint = same_words or difflib.get_close_matches(str(name), list(fields), n=1, cutoff=0.6)
             suggestion = f"; did you mean {hint[0]}?" if hint else f"; valid keys here: {', '.join(fields)}"
             problems.append(f"{path}: unknown key{suggestion}")
