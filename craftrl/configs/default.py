@@ -17,8 +17,8 @@ defaults (docs/config.md). Why each choice, in short (the measurements: bench/no
   first 30 iterations take whole-batch steps, which find the first cows soonest while rewards are rare; then
   single steps shuffled into 8 minibatches, which keep the entropy up and climb past where whole-batch runs
   level off. lr 5e-4 suits the 48 small steps an iteration then takes. Six epochs reached 3 cows per episode
-  after a median 56k env steps over 12 seeds where four took 63k on the same seeds (8 epochs no fewer), for
-  about a sixth more seconds: the learner holds the lock-stepped envs longer.
+  after a median 56k env steps over 12 seeds where four took 63k on the same seeds (8 epochs no fewer), in
+  about 8 % more seconds: the learner holds the lock-stepped envs longer.
 * **Entropy held at 1.5 nats** (``target_entropy``; ln 17 = 2.83 is uniform): no bonus while the policy is more
   random than that, so the first kills are not pulled back, and a bonus that grows once it is less random, so
   it does not collapse onto pressing `do` where it stands. With that guard every iteration takes all its
