@@ -13,6 +13,9 @@ are in the table), the same machine, one system at a time. For each seed it runs
 Every system's clock starts when its command is launched (imports, Ray and env start-up count), and cows per
 episode is the mean over the last 20 finished episodes, counted only once 20 episodes have finished. Just before
 each deadline the CPU time of every process of the run is recorded by role (the profile in the results).
+``--stop-at-cows N`` ends every system's run, the same way, once it reaches N cows per episode (profile taken
+then): the headlines need nothing after 3 cows, and a seed that gets there early no longer holds the machine
+for the rest of ``--minutes``.
 
     python bench/peers.py --minutes 20 --seeds 0 1 --write-results
     python bench/peers.py --minutes 20 --seeds 0 1 --systems craftrl sb3-ppo sb3-recurrentppo rllib-ppo
@@ -51,7 +54,7 @@ PEERS_DIR = BENCH / "peers"
 sys.path.insert(0, str(PEERS_DIR))  # peer_curve; time_to_cows is importable from BENCH (sys.path[0])
 
 import time_to_cows  # noqa: E402
-from peer_curve import LAUNCHED_AT_ENV, THRESHOLDS, summarize_points, reached_or_inf  # noqa: E402
+from peer_curve import LAUNCHED_AT_ENV, THRESHOLDS, curve_reached, summarize_points, reached_or_inf  # noqa: E402
 
 PEER_SCRIPTS: dict[str, list[str]] = {
     "sb3-ppo": ["sb3_cows.py"],
@@ -125,8 +128,10 @@ def still_running(snapshot: dict[int, int], group: int) -> list[int]:
     return sorted(alive)
 
 
-def run_peer(system: str, seed: int, minutes: float, out: Path, extra: list[str]) -> dict[str, Any]:
-    """Run one peer script to its own deadline; returns its summary with the CPU profile added."""
+def run_peer(system: str, seed: int, minutes: float, out: Path, extra: list[str],
+             stop_at_cows: float | None = None) -> dict[str, Any]:
+    """Run one peer script to its own deadline, or until its curve reaches ``stop_at_cows`` (then SIGTERM, which
+    every peer script answers by writing its summary); returns that summary with the CPU profile added."""
     out.mkdir(parents=True, exist_ok=True)
     script, *flags = PEER_SCRIPTS[system]
     arguments = [*flags, *extra, "--minutes", f"{minutes:g}", "--seed", str(seed)]
@@ -138,11 +143,19 @@ def run_peer(system: str, seed: int, minutes: float, out: Path, extra: list[str]
         profile_at = max(minutes * 60 - 5, 1)
         split: dict[str, float] = {}
         snapshot: dict[int, int] = {}
-        try:
-            child.wait(timeout=max(launched + profile_at - time.time(), 0.1))
-        except subprocess.TimeoutExpired:
+        reached = False
+        while child.poll() is None and not reached and time.time() < launched + profile_at:
+            try:
+                child.wait(timeout=min(2.0, max(launched + profile_at - time.time(), 0.1)))
+            except subprocess.TimeoutExpired:
+                reached = stop_at_cows is not None and curve_reached(out / "curve.jsonl", stop_at_cows)
+        profiled_s = profile_at
+        if child.poll() is None:
             split = cpu_by_role(child.pid, system)
             snapshot = process_tree(child.pid)
+            profiled_s = time.time() - launched
+        if reached:
+            child.send_signal(signal.SIGTERM)
         try:
             child.wait(timeout=max(launched + minutes * 60 + STOP_GRACE_S - time.time(), 1))
         except subprocess.TimeoutExpired:
@@ -167,7 +180,7 @@ def run_peer(system: str, seed: int, minutes: float, out: Path, extra: list[str]
         raise SystemExit(f"peers: {system} seed {seed} wrote no summary (exit {child.returncode}); see {out / 'log.txt'}")
     summary = json.loads(summary_path.read_text())
     summary.update(command=f"python bench/peers/{script} {' '.join(arguments)} --out OUT", exit_code=child.returncode,
-                   left_processes=len(leftovers), profile=profile(split, profile_at))
+                   left_processes=len(leftovers), profile=profile(split, profiled_s))
     summary_path.write_text(json.dumps(summary, indent=1) + "\n")
     return summary
 
@@ -187,12 +200,13 @@ def craftrl_parameter_count(config: str) -> int:
     return int(sum(p.numel() for p in module.policy_generator().parameters()))
 
 
-def run_craftrl(config: str, overrides: list[str], seed: int, minutes: float, out: Path) -> dict[str, Any]:
+def run_craftrl(config: str, overrides: list[str], seed: int, minutes: float, out: Path,
+                stop_at_cows: float | None = None) -> dict[str, Any]:
     """craftrl through time_to_cows.run_once; its metrics become the same curve.jsonl/summary.json as a peer's."""
     out.mkdir(parents=True, exist_ok=True)
     # enough iterations to outlast the deadline (no learning-rate schedule depends on it by default)
     overrides = ["train_config.num_iterations=1000000", *overrides]
-    run_dir = time_to_cows.run_once(config, overrides, seed, minutes, out, out / "log.txt")
+    run_dir = time_to_cows.run_once(config, overrides, seed, minutes, out, out / "log.txt", stop_at_cows=stop_at_cows)
     return summarize_craftrl_run(run_dir, config, seed, minutes, out,
                                  command=f"craftrl train {config} seed={seed} {' '.join(overrides)}")
 
@@ -330,7 +344,10 @@ def results_markdown(summaries: list[dict[str, Any]], context: dict[str, Any], f
         f"{context['load_before']:.1f} before / {context['load_after']:.1f} after; {context['versions']}. "
         "Systems ran one at a time, seeds interleaved; each clock starts at its command's launch (imports, Ray and "
         "env start-up count); cows per episode is the mean of the last 20 episodes, counted once 20 have finished. "
-        "All systems step craftrl's own `crafter/cows` env (the peers through `bench/peers/cows_gym.py`).", "",
+        "All systems step craftrl's own `crafter/cows` env (the peers through `bench/peers/cows_gym.py`)."
+        + (f" Each run ended once it reached {context['stop_at_cows']:g} cows per episode (or at {context['minutes']:g}"
+           " min), so its env steps/s span launch to that point, start-up included, and later minutes are blank."
+           if context.get("stop_at_cows") else ""), "",
         "| system | seed | params | end-to-end env steps/s | time to 1 / 2 / 3 cows | env steps to 3 cows | "
         "cows at 5 / 10 / 15 / 20 min |",
         "|---|---:|---:|---:|---|---:|---|",
@@ -421,6 +438,8 @@ def main() -> None:
     parser.add_argument("--output-root", default="runs/bench_peers")
     parser.add_argument("--peer-torch-threads", type=int, default=None,
                         help="torch threads of each peer's driver (default: torch's own); craftrl's processes use 1")
+    parser.add_argument("--stop-at-cows", type=float, default=None,
+                        help="end each run once its 20-episode mean reaches this many cows (default: run all --minutes)")
     parser.add_argument("--summarize", metavar="OUTPUT_ROOT", default=None,
                         help="read the runs of an earlier invocation (its context.json) instead of running")
     parser.add_argument("--write-results", action="store_true",
@@ -438,7 +457,8 @@ def main() -> None:
         root.mkdir(parents=True, exist_ok=True)
         context = {"command": "python bench/peers.py " + " ".join(sys.argv[1:]), "date": datetime.date.today().isoformat(),
                    "cores": os.cpu_count(), "load_before": os.getloadavg()[0], "versions": versions(),
-                   "minutes": args.minutes, "seeds": args.seeds, "systems": args.systems}
+                   "minutes": args.minutes, "stop_at_cows": args.stop_at_cows, "seeds": args.seeds,
+                   "systems": args.systems}
         (root / "context.json").write_text(json.dumps(context, indent=1) + "\n")
         run_dirs, summaries = {}, []
         for seed in args.seeds:
@@ -447,10 +467,10 @@ def main() -> None:
                 run_dirs[(name, seed)] = out
                 print(f"== {name} seed {seed}, {args.minutes:g} min -> {out}", flush=True)
                 if name == "craftrl":
-                    summary = run_craftrl(args.config, args.overrides, seed, args.minutes, out)
+                    summary = run_craftrl(args.config, args.overrides, seed, args.minutes, out, args.stop_at_cows)
                 else:
                     extra = ["--torch-threads", str(args.peer_torch_threads)] if args.peer_torch_threads else []
-                    summary = run_peer(name, seed, args.minutes, out, extra)
+                    summary = run_peer(name, seed, args.minutes, out, extra, args.stop_at_cows)
                 summaries.append(summary)
                 print(json.dumps({k: summary.get(k) for k in ("system", "seed", "params", "end_to_end_sps", "episodes",
                                                               "time_to_1_cows_s", "time_to_3_cows_s",

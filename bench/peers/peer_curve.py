@@ -139,8 +139,7 @@ def summarize_points(points: list[dict[str, Any]]) -> dict[str, Any]:
     """Times to thresholds, cows at fixed minutes, end-to-end steps/s from curve points; ``None`` = not reached."""
     out: dict[str, Any] = {}
     for threshold in THRESHOLDS:
-        hit = next((p for p in points if p["cows_mean_last20"] is not None and p["episodes"] >= MOVING_WINDOW
-                    and p["cows_mean_last20"] >= threshold), None)
+        hit = first_reaching(points, threshold)
         out[f"time_to_{threshold:g}_cows_s"] = hit["wall_s"] if hit else None
         out[f"env_steps_to_{threshold:g}_cows"] = hit["env_steps"] if hit else None
     last_t = points[-1]["wall_s"] if points else 0.0
@@ -155,6 +154,26 @@ def summarize_points(points: list[dict[str, Any]]) -> dict[str, Any]:
         out["end_to_end_sps"] = points[-1]["env_steps"] / max(last_t, 1e-9)
         out["final_cows_mean_last20"] = points[-1]["cows_mean_last20"]
     return out
+
+
+def first_reaching(points: list[dict[str, Any]], cows: float) -> dict[str, Any] | None:
+    """The first curve point whose moving mean is at least ``cows`` over a full window of episodes."""
+    return next((p for p in points if p["cows_mean_last20"] is not None and p["episodes"] >= MOVING_WINDOW
+                 and p["cows_mean_last20"] >= cows), None)
+
+
+def curve_reached(curve_path: Path, cows: float) -> bool:
+    """Whether the ``curve.jsonl`` a running script is writing has reached a mean of ``cows`` per episode; a
+    line still being written is not counted."""
+    if not curve_path.exists():
+        return False
+    points = []
+    for line in curve_path.read_text().splitlines():
+        try:
+            points.append(json.loads(line))
+        except json.JSONDecodeError:
+            break
+    return first_reaching(points, cows) is not None
 
 
 def reached_or_inf(value: float | None) -> float:

@@ -35,3 +35,21 @@ def test_ratios_when_a_side_never_reached_3_cows():
     assert peers.reached_ratio(100.0, math.inf) == 0.0
     assert math.isnan(peers.reached_ratio(math.inf, math.inf))
     assert peers.reached_ratio(50.0, 100.0) == 0.5
+
+
+def test_curve_reached_needs_a_full_window_and_ignores_a_line_being_written(tmp_path):
+    """--stop-at-cows reads a peer's curve.jsonl while the script writes it: 3 cows over fewer than 20 episodes
+    does not count, 20 episodes at 3 do, and a half-written last line is skipped rather than crashing."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "peers"))
+    from peer_curve import curve_reached
+
+    curve = tmp_path / "curve.jsonl"
+    assert not curve_reached(curve, 3.0)  # not written yet
+    curve.write_text('{"wall_s": 1, "env_steps": 100, "episodes": 5, "cows_mean_last20": 4.0}\n'
+                     '{"wall_s": 2, "env_steps": 200, "episodes": 20, "cows_mean_last20": 2.9}\n'
+                     '{"wall_s": 3, "env_steps": 300, "episo')
+    assert not curve_reached(curve, 3.0)
+    assert curve_reached(curve, 2.5)
+    curve.write_text(curve.read_text().rsplit("\n", 1)[0]
+                     + '\n{"wall_s": 3, "env_steps": 300, "episodes": 21, "cows_mean_last20": 3.0}\n')
+    assert curve_reached(curve, 3.0)
