@@ -180,6 +180,7 @@ def run_peer(system: str, seed: int, minutes: float, out: Path, extra: list[str]
         raise SystemExit(f"peers: {system} seed {seed} wrote no summary (exit {child.returncode}); see {out / 'log.txt'}")
     summary = json.loads(summary_path.read_text())
     summary.update(command=f"python bench/peers/{script} {' '.join(arguments)} --out OUT", exit_code=child.returncode,
+                   stopped_at_cows=reached,  # then the script's exit code is that of a SIGTERM'd run
                    left_processes=len(leftovers), profile=profile(split, profiled_s))
     summary_path.write_text(json.dumps(summary, indent=1) + "\n")
     return summary
