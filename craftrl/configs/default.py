@@ -24,10 +24,10 @@ defaults (docs/config.md). Why each choice, in short (the measurements: bench/no
   it does not collapse onto pressing `do` where it stands. With that guard every iteration takes all its
   epochs (no ``target_kl``): 3 cows per episode after a median 65k env steps over 9 seeds, where the same
   config with ``target_kl`` 0.02 and a fixed bonus of 0.01 took 85k over 12.
-* **Learner precision**: bfloat16 where the CPU has native bf16 instructions (float32 elsewhere), which leaves
-  more of 2 cores to the envs where bf16 is the faster kernel (1.34x with an earlier default's LSTM policy on
-  a CPU with avx512_bf16). With this small policy on an Intel Xeon with avx512_bf16 and no AMX, float32 is
-  faster (0.66 against 0.78 s per iteration, BENCHMARKS.md): ``train_config.cpu_bf16=false`` there.
+* **Learner precision**: bfloat16 where the CPU has native bf16 instructions (float32 elsewhere), to leave
+  more of 2 cores to the envs. Which is faster depends on the CPU: on an AMD EPYC with avx512_bf16 bf16 halved
+  the learner's time (bench/notes/crafter_score.md); on an Intel Xeon with avx512_bf16 and no AMX float32 is
+  faster (0.66 against 0.78 s per iteration, BENCHMARKS.md), so set ``train_config.cpu_bf16=false`` there.
 * **Envs**: 16, acting in two groups of 8 so that inference on one overlaps stepping of the other;
   ``envs_per_process`` 0 puts about one env process on each core (two of 8 envs on 2 cores), so a group costs
   one pipe round trip instead of 8. A send queue of 16 keeps the worker from waiting when a group's fragments

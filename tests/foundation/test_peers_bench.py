@@ -8,6 +8,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import peers  # noqa: E402
+from peer_curve import curve_reached  # noqa: E402  (bench/peers, which importing peers puts on sys.path)
 
 
 def summary(system: str, seed: int, sps: float, seconds: float | None, steps: float | None) -> dict:
@@ -40,9 +41,6 @@ def test_ratios_when_a_side_never_reached_3_cows():
 def test_curve_reached_needs_a_full_window_and_ignores_a_line_being_written(tmp_path):
     """--stop-at-cows reads a peer's curve.jsonl while the script writes it: 3 cows over fewer than 20 episodes
     does not count, 20 episodes at 3 do, and a half-written last line is skipped rather than crashing."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "peers"))
-    from peer_curve import curve_reached
-
     curve = tmp_path / "curve.jsonl"
     assert not curve_reached(curve, 3.0)  # not written yet
     curve.write_text('{"wall_s": 1, "env_steps": 100, "episodes": 5, "cows_mean_last20": 4.0}\n'
