@@ -54,7 +54,8 @@ PEERS_DIR = BENCH / "peers"
 sys.path.insert(0, str(PEERS_DIR))  # peer_curve; time_to_cows is importable from BENCH (sys.path[0])
 
 import time_to_cows  # noqa: E402
-from peer_curve import LAUNCHED_AT_ENV, THRESHOLDS, curve_reached, summarize_points, reached_or_inf  # noqa: E402
+from craftrl.metrics import read_jsonl  # noqa: E402
+from peer_curve import LAUNCHED_AT_ENV, THRESHOLDS, first_reaching, summarize_points, reached_or_inf  # noqa: E402
 
 PEER_SCRIPTS: dict[str, list[str]] = {
     "sb3-ppo": ["sb3_cows.py"],
@@ -143,12 +144,8 @@ def run_peer(system: str, seed: int, minutes: float, out: Path, extra: list[str]
         profile_at = max(minutes * 60 - 5, 1)
         split: dict[str, float] = {}
         snapshot: dict[int, int] = {}
-        reached = False
-        while child.poll() is None and not reached and time.time() < launched + profile_at:
-            try:
-                child.wait(timeout=min(2.0, max(launched + profile_at - time.time(), 0.1)))
-            except subprocess.TimeoutExpired:
-                reached = stop_at_cows is not None and curve_reached(out / "curve.jsonl", stop_at_cows)
+        reached = time_to_cows.wait_until(child, launched + profile_at - time.time(),
+                                          None if stop_at_cows is None else lambda: curve_reached(out, stop_at_cows))
         profiled_s = profile_at
         if child.poll() is None:
             split = cpu_by_role(child.pid, system)
@@ -239,8 +236,14 @@ def relabel_craftrl_split(split: dict[str, float]) -> dict[str, float]:
 # ---- results -----------------------------------------------------------------------------------------------
 
 def read_curve(out: Path) -> list[dict[str, Any]]:
+    """The points of ``out/curve.jsonl``; a line its script is still writing is left out."""
     path = out / "curve.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    return read_jsonl(path) if path.exists() else []
+
+
+def curve_reached(out: Path, cows: float) -> bool:
+    """Whether the curve a running script writes under ``out`` has reached a mean of ``cows`` per episode."""
+    return first_reaching(read_curve(out), cows) is not None
 
 
 def median(values: list[float]) -> float:

@@ -30,6 +30,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 from craftrl.metrics import read_jsonl
 
@@ -132,16 +133,11 @@ def run_once(config: str, overrides: list[str], seed: int, minutes: float, outpu
     command = [sys.executable, "-m", "craftrl.cli.main", "train", config, f"seed={seed}",
                f"output_root={output_root}", "train_config.num_iterations=1000000", *overrides]
     launched = time.time()
-    deadline = time.monotonic() + max(minutes * 60 - 5, 1)
     split: dict[str, float] = {}
-    reached = False
     with log.open("w") as out:
         child = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        while child.poll() is None and time.monotonic() < deadline and not reached:
-            try:
-                child.wait(timeout=min(2.0, max(deadline - time.monotonic(), 0.01)))
-            except subprocess.TimeoutExpired:
-                reached = stop_at_cows is not None and _reached(log, launched, stop_at_cows)
+        reached = wait_until(child, max(minutes * 60 - 5, 1),
+                             None if stop_at_cows is None else lambda: _reached(log, launched, stop_at_cows))
         if child.poll() is None:
             split = cpu_by_component(child.pid)
             elapsed = time.time() - launched
@@ -160,6 +156,19 @@ def run_once(config: str, overrides: list[str], seed: int, minutes: float, outpu
         (run_dir / "cpu_split.json").write_text(json.dumps(
             {"wall_s": elapsed, "cpu_s": split, "cores_used": {k: v / elapsed for k, v in split.items()}}, indent=1))
     return run_dir
+
+
+def wait_until(child: subprocess.Popen, seconds: float, reached: Callable[[], bool] | None = None) -> bool:
+    """Wait up to ``seconds`` for ``child`` to exit, asking ``reached`` every 2 s whether the run may stop early;
+    True as soon as it says so."""
+    deadline = time.monotonic() + seconds
+    while child.poll() is None and time.monotonic() < deadline:
+        try:
+            child.wait(timeout=min(2.0, max(deadline - time.monotonic(), 0.01)))
+        except subprocess.TimeoutExpired:
+            if reached is not None and reached():
+                return True
+    return False
 
 
 def run_directory(log: Path) -> Path | None:

@@ -162,20 +162,6 @@ def first_reaching(points: list[dict[str, Any]], cows: float) -> dict[str, Any] 
                  and p["cows_mean_last20"] >= cows), None)
 
 
-def curve_reached(curve_path: Path, cows: float) -> bool:
-    """Whether the ``curve.jsonl`` a running script is writing has reached a mean of ``cows`` per episode; a
-    line still being written is not counted."""
-    if not curve_path.exists():
-        return False
-    points = []
-    for line in curve_path.read_text().splitlines():
-        try:
-            points.append(json.loads(line))
-        except json.JSONDecodeError:
-            break
-    return first_reaching(points, cows) is not None
-
-
 def reached_or_inf(value: float | None) -> float:
     """A time or step count to a threshold; None (never reached) as infinity, so medians rank it last."""
     return math.inf if value is None else float(value)

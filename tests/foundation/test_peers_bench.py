@@ -8,7 +8,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import peers  # noqa: E402
-from peer_curve import curve_reached  # noqa: E402  (bench/peers, which importing peers puts on sys.path)
 
 
 def summary(system: str, seed: int, sps: float, seconds: float | None, steps: float | None) -> dict:
@@ -42,12 +41,12 @@ def test_curve_reached_needs_a_full_window_and_ignores_a_line_being_written(tmp_
     """--stop-at-cows reads a peer's curve.jsonl while the script writes it: 3 cows over fewer than 20 episodes
     does not count, 20 episodes at 3 do, and a half-written last line is skipped rather than crashing."""
     curve = tmp_path / "curve.jsonl"
-    assert not curve_reached(curve, 3.0)  # not written yet
+    assert not peers.curve_reached(tmp_path, 3.0)  # not written yet
     curve.write_text('{"wall_s": 1, "env_steps": 100, "episodes": 5, "cows_mean_last20": 4.0}\n'
                      '{"wall_s": 2, "env_steps": 200, "episodes": 20, "cows_mean_last20": 2.9}\n'
                      '{"wall_s": 3, "env_steps": 300, "episo')
-    assert not curve_reached(curve, 3.0)
-    assert curve_reached(curve, 2.5)
+    assert not peers.curve_reached(tmp_path, 3.0)
+    assert peers.curve_reached(tmp_path, 2.5)
     curve.write_text(curve.read_text().rsplit("\n", 1)[0]
                      + '\n{"wall_s": 3, "env_steps": 300, "episodes": 21, "cows_mean_last20": 3.0}\n')
-    assert curve_reached(curve, 3.0)
+    assert peers.curve_reached(tmp_path, 3.0)
