@@ -1,8 +1,9 @@
-"""Seconds of learner compute per PPO iteration of the default config, float32 against ``cpu_bf16``.
+"""Seconds of learner compute per PPO iteration of the default config: float32, ``cpu_bf16`` and the default's 'auto'.
 
 Why: on 2 cores the learner and the env processes share the CPU, so every second the learner saves per
 iteration goes back to stepping envs (BENCHMARKS.md, "Where the time goes"). Whether bf16 autocast saves any
-depends on the CPU (native AVX512-BF16 or AMX, or emulation), so it is measured on the machine at hand.
+depends on the CPU (native AVX512-BF16 or AMX, or emulation), so it is measured on the machine at hand; the
+third column checks that 'auto', which times one pass of each on its first iteration, picks the faster.
 
 The iteration is the real ``PPOLearner.iteration`` on real fragments: the default config's policy acts on
 ``crafter/cows`` through the ``RolloutLoop`` (8 env processes) until one iteration's worth of fragments is
@@ -51,15 +52,17 @@ def collect_fragments(policy: torch.nn.Module, count: int, length: int, num_envs
     return fragments[:count]
 
 
-def seconds_per_iteration(policy: torch.nn.Module, config, fragments: list, iteration: int, repeats: int) -> float:
-    """Median wall seconds of ``repeats`` iterations (after one warm-up), each on the same fragments."""
+def seconds_per_iteration(policy: torch.nn.Module, config, fragments: list, iteration: int,
+                          repeats: int) -> tuple[float, bool]:
+    """Median wall seconds of ``repeats`` iterations (after one warm-up, which holds 'auto''s probe), each on the
+    same fragments, and whether the learner computed in bf16."""
     learner = PPOLearner(copy.deepcopy(policy), config, torch.device("cpu"))
     times = []
     for number in range(repeats + 1):
         started = time.perf_counter()
         learner.iteration(fragments, iteration, iteration, torch.Generator().manual_seed(number))
         times.append(time.perf_counter() - started)
-    return statistics.median(times[1:])
+    return statistics.median(times[1:]), learner.use_cpu_bf16
 
 
 def main() -> None:
@@ -78,11 +81,15 @@ def main() -> None:
     phases = {"whole-batch (first iterations)": 0, "sequence minibatches (later)": train.whole_batch_iterations}
     rows, speedups = [], {}
     for phase, iteration in phases.items():
-        fp32 = seconds_per_iteration(policy, train, fragments, iteration, args.repeats)
-        bf16 = seconds_per_iteration(policy, dataclasses.replace(train, cpu_bf16=True), fragments, iteration,
-                                     args.repeats)
+        fp32, _ = seconds_per_iteration(policy, dataclasses.replace(train, cpu_bf16=False), fragments, iteration,
+                                        args.repeats)
+        bf16, _ = seconds_per_iteration(policy, dataclasses.replace(train, cpu_bf16=True), fragments, iteration,
+                                        args.repeats)
+        auto, auto_chose_bf16 = seconds_per_iteration(policy, dataclasses.replace(train, cpu_bf16="auto"),
+                                                      fragments, iteration, args.repeats)
         speedups[phase] = fp32 / bf16
-        rows.append(f"| {phase} | {fp32:.2f} | {bf16:.2f} | {fp32 / bf16:.2f} |")
+        rows.append(f"| {phase} | {fp32:.2f} | {bf16:.2f} | {fp32 / bf16:.2f} | {auto:.2f} "
+                    f"({'bf16' if auto_chose_bf16 else 'float32'}) |")
     steps = sum(len(f.reward) for f in fragments)
     lines = [
         "## Learner compute per iteration (`bench/learner_step.py`)", "",
@@ -91,9 +98,9 @@ def main() -> None:
         f"native CPU bf16: {', '.join(native_cpu_bf16_flags()) or 'none'}.", "",
         f"One iteration of the default config ({steps} env steps of `{TASK}` in {len(fragments)} fragments, "
         f"{train.epochs_per_iteration} epochs), median of {args.repeats} after a warm-up, seconds:", "",
-        "| phase | float32 | cpu_bf16 | speed-up |", "|---|---:|---:|---:|", *rows, "",
+        "| phase | float32 | cpu_bf16 | speed-up | 'auto' (its choice) |", "|---|---:|---:|---:|---:|", *rows, "",
         *([] if native_cpu_bf16_flags() else
-          ["This CPU has no native bf16, so the learner ignores cpu_bf16: both columns ran in float32.", ""]),
+          ["This CPU has no native bf16, so the learner ignores cpu_bf16: every column ran in float32.", ""]),
     ]
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text("\n".join(lines))

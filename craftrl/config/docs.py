@@ -74,9 +74,11 @@ def _render_section(section_type: type, prefix: str, title: str, lines: list[str
 def _type_text(declared: typing.Any) -> str:
     args = [a for a in typing.get_args(declared) if a is not type(None)]
     if args and len(args) < len(typing.get_args(declared)):
-        return f"{_type_text(args[0])} or null"
+        return " or ".join(_type_text(arg) for arg in args) + " or null"
     if typing.get_origin(declared) is dict:
         return "mapping " + " to ".join(arg.__name__ for arg in typing.get_args(declared))
+    if len(args) > 1:
+        return " or ".join(_type_text(arg) for arg in args)
     return declared.__name__
 
 

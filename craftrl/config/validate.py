@@ -116,6 +116,14 @@ def _coerce(value: Any, declared: Any) -> tuple[Any, str | None]:
     if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(declared) if a is not type(None)]
         optional = len(args) < len(typing.get_args(declared))
+        if len(args) > 1:  # one of several types: the first that takes the value
+            if value is None and optional:
+                return None, None
+            for arg in args:
+                coerced, error = _coerce(value, arg)
+                if error is None:
+                    return coerced, None
+            return None, " or ".join(_type_name(arg) for arg in args) + (" or null" if optional else "")
         declared = args[0]
     if value is None:
         return (None, None) if optional else (None, _type_name(declared))

@@ -24,10 +24,11 @@ defaults (docs/config.md). Why each choice, in short (the measurements: bench/no
   it does not collapse onto pressing `do` where it stands. With that guard every iteration takes all its
   epochs (no ``target_kl``): 3 cows per episode after a median 65k env steps over 9 seeds, where the same
   config with ``target_kl`` 0.02 and a fixed bonus of 0.01 took 85k over 12.
-* **Learner precision**: bfloat16 where the CPU has native bf16 instructions (float32 elsewhere), to leave
-  more of 2 cores to the envs. Which is faster depends on the CPU: on an AMD EPYC with avx512_bf16 bf16 halved
-  the learner's time (bench/notes/crafter_score.md); on an Intel Xeon with avx512_bf16 and no AMX float32 is
-  faster (0.66 against 0.78 s per iteration, BENCHMARKS.md), so set ``train_config.cpu_bf16=false`` there.
+* **Learner precision** (``cpu_bf16`` 'auto'): the first iteration times a forward + backward pass in float32
+  and in bfloat16 and keeps the faster, to leave more of 2 cores to the envs; it depends on the CPU, not only
+  on its instruction set: on an AMD EPYC with avx512_bf16 bf16 halved the learner's time
+  (bench/notes/crafter_score.md), on an Intel Xeon with avx512_bf16 and no AMX float32 is faster (0.66 against
+  0.78 s per iteration, BENCHMARKS.md).
 * **Envs**: 16, acting in two groups of 8 so that inference on one overlaps stepping of the other;
   ``envs_per_process`` 0 puts about one env process on each core (two of 8 envs on 2 cores), so a group costs
   one pipe round trip instead of 8. A send queue of 16 keeps the worker from waiting when a group's fragments
@@ -74,7 +75,7 @@ online_dict = {
         "epochs_per_iteration": 6,
         "use_normalized_vf": False,
         "advantage_std_floor": 0.1,
-        "cpu_bf16": True,
+        "cpu_bf16": "auto",
         "num_readers": 0,
         "target_entropy": 1.5,
         "save_interval": 50,

@@ -36,6 +36,7 @@ from craftrl.train.entropy_control import next_entropy_coef
 from craftrl.train.gae import compute_gae, successors
 from craftrl.train.losses import (advantage_moments, clipped_policy_loss, explained_variance_from_sums,
                                   masked_mean, normalize_advantages, value_loss)
+from craftrl.train.precision import PrecisionTiming, time_both_precisions
 from craftrl.train.reference import move_towards
 from craftrl.utils.hardware import NATIVE_BF16_FLAGS, native_cpu_bf16_flags
 
@@ -85,11 +86,14 @@ class PPOLearner:
         self.device = device
         self.optimizer = make_optimizer(self.policy, config)
         self.use_amp = bool(config.use_amp and device.type == "cuda")
-        wants_cpu_bf16 = bool(config.cpu_bf16 and device.type == "cpu")
-        self.use_cpu_bf16 = wants_cpu_bf16 and bool(native_cpu_bf16_flags())
-        if wants_cpu_bf16 and not self.use_cpu_bf16:
-            logger.warning("train_config.cpu_bf16 ignored: this CPU has no native bfloat16 instructions (%s), "
-                           "where bf16 runs emulated", " or ".join(NATIVE_BF16_FLAGS))
+        wants_cpu_bf16 = config.cpu_bf16 is not False and device.type == "cpu"
+        native = wants_cpu_bf16 and bool(native_cpu_bf16_flags())
+        self.use_cpu_bf16 = native and config.cpu_bf16 is True
+        self.precision_probe_pending = native and config.cpu_bf16 == "auto"
+        if wants_cpu_bf16 and not native:
+            log = logger.warning if config.cpu_bf16 is True else logger.info
+            log("train_config.cpu_bf16=%s: float32, as this CPU has no native bfloat16 instructions (%s), "
+                "where bf16 runs emulated", config.cpu_bf16, " or ".join(NATIVE_BF16_FLAGS))
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.use_amp)
         self.reference = reference
         self.rho = config.kl_divergence_coef_rho
@@ -334,6 +338,36 @@ class PPOLearner:
                  "ppo/ratio_mean": policy.ratio_mean, "ppo/proximal_kl": proximal_kl}
         return loss, {name: value.detach() for name, value in terms.items()}, state, reference_state
 
+    def choose_cpu_precision(self, batch: Batch) -> PrecisionTiming:
+        """``cpu_bf16="auto"``: time forward + backward of the loss over ``batch``'s first ``context_length``
+        steps in float32 and in bf16 autocast, and compute in the faster from now on.
+
+        Every rank decides on the rank-summed seconds, so all compute alike. The gradients are discarded and no
+        weight moves; the probe runs once per learner (again after a resume)."""
+        reference_state = batch.state_in if batch.reference_state_in is None else batch.reference_state_in
+        end = min(self.config.context_length, batch.length)
+        no_sync = getattr(self.model, "no_sync", contextlib.nullcontext)
+
+        def run_pass(bf16: bool) -> None:
+            self.use_cpu_bf16 = bf16
+            with no_sync():
+                with self._autocast():
+                    loss, *_ = self._slice_loss(batch, 0, end, batch.state_in, reference_state, warmup=False)
+                loss.backward()
+            self.optimizer.zero_grad(set_to_none=True)
+
+        measured = time_both_precisions(run_pass)
+        float32_seconds, bf16_seconds = all_reduce(torch.tensor(
+            [measured.float32_seconds, measured.bf16_seconds], dtype=torch.float64, device=self.device)).tolist()
+        timing = PrecisionTiming(float32_seconds=float32_seconds, bf16_seconds=bf16_seconds)
+        self.use_cpu_bf16 = timing.bf16_faster
+        self.precision_probe_pending = False
+        logger.info("train_config.cpu_bf16=auto: one forward + backward over %d steps of %d fragments took %.4f s "
+                    "in float32 and %.4f s in bf16 (summed over ranks); the learner computes in %s",
+                    end, len(batch.rows), float32_seconds, bf16_seconds,
+                    "bf16" if self.use_cpu_bf16 else "float32")
+        return timing
+
     def _optimizer_step(self) -> tuple[float, bool]:
         """Clip, check for non-finite gradients on *all* ranks, then step -- or skip together.
 
@@ -392,13 +426,16 @@ class PPOLearner:
         lr = self.set_learning_rate(iteration)
         self.model.train()
         batches = self.prepare(fragments)
+        if self.precision_probe_pending:
+            self.choose_cpu_precision(batches[0])
         metrics = self.train_epochs(batches, iteration, generator)
         policy_trained = iteration >= self.config.vf_warmup
         if self.config.enable_ref_update and self.reference is not None and policy_trained:
             move_towards(self.reference, self.policy, self.config.ref_update_rate)
         metrics.update(self._data_metrics(batches, fragments, version))
         metrics.update({"ppo/learning_rate": lr, "ppo/rho": self.rho, "ppo/entropy_coef": self.entropy_coef,
-                        "ppo/skipped_steps_total": float(self.skipped_steps)})
+                        "ppo/skipped_steps_total": float(self.skipped_steps),
+                        "ppo/cpu_bf16": float(self.use_cpu_bf16)})
         self.rho *= self.config.coef_rho_decay
         if self.config.target_entropy is not None and policy_trained:
             self.entropy_coef = next_entropy_coef(self.entropy_coef, metrics["loss/entropy"],

@@ -77,6 +77,9 @@ BAD_CONFIGS = [
     (_with("train_config.discount", 1.5), "train_config.discount: expected a value in [0.0, 1.0], got 1.5"),
     (_with("train_config.gae_lambda", -0.1), "gae_lambda: expected a value in [0.0, 1.0], got -0.1"),
     (_with("trainer_name", "DQNTrainer"), "trainer_name: expected one of 'PPOTrainer', got 'DQNTrainer'"),
+    (_with("train_config.cpu_bf16", "yes"), "train_config.cpu_bf16: expected one of False, True, 'auto', got 'yes'"),
+    (_with("train_config.cpu_bf16", 1), "train_config.cpu_bf16: expected a boolean or a string, got 1"),
+    (_with("train_config.cpu_bf16", None), "train_config.cpu_bf16: expected a boolean or a string, got None"),
     ({"train_config": {"enable_ref_update": True}},
      "train_config.enable_ref_update: needs kl_divergence_coef_rho > 0, got 0; without the KL term there is no "
      "reference policy to update"),
@@ -126,6 +129,11 @@ def test_optional_keys_accept_null():
     config = build_config(_with("rollout_config.worker_config.restart_interval", None))
     assert config.rollout_config.worker_config.restart_interval is None
     assert build_config({"train_config": {"record_video_interval": 0}}).train_config.record_video_interval == 0
+
+
+def test_a_key_of_two_types_takes_either():
+    assert build_config({"train_config": {"cpu_bf16": "auto"}}).train_config.cpu_bf16 == "auto"
+    assert build_config({"train_config": {"cpu_bf16": True}}).train_config.cpu_bf16 is True
 
 
 def test_non_mapping_online_dict_is_rejected():

@@ -16,6 +16,7 @@ from craftrl.train.checkpoint import (TrainingState, apply_retention, checkpoint
 from craftrl.train.batch import cut_sequences
 from craftrl.train.entropy_control import next_entropy_coef
 from craftrl.train.learner import PPOLearner
+from craftrl.train.precision import PrecisionTiming, time_both_precisions
 from craftrl.train.reference import make_reference, move_towards
 from train_fragments import bandit_fragments, random_images
 
@@ -536,9 +537,74 @@ def test_cpu_bf16_is_ignored_with_a_warning_on_a_cpu_without_native_bf16(monkeyp
     with caplog.at_level("WARNING", logger="craftrl.train.learner"):
         learner = PPOLearner(policy, train_config(cpu_bf16=True), torch.device("cpu"))
     assert not learner.use_cpu_bf16
-    assert "cpu_bf16 ignored" in caplog.text
+    assert "cpu_bf16=True: float32, as this CPU has no native bfloat16 instructions" in caplog.text
+    auto = PPOLearner(policy, train_config(cpu_bf16="auto"), torch.device("cpu"))
+    assert not auto.use_cpu_bf16 and not auto.precision_probe_pending  # nothing to measure: float32
     monkeypatch.setattr("craftrl.train.learner.native_cpu_bf16_flags", lambda: ("amx_bf16",))
     assert PPOLearner(policy, train_config(cpu_bf16=True), torch.device("cpu")).use_cpu_bf16
+
+
+def test_time_both_precisions_interleaves_after_an_untimed_warm_up_and_keeps_the_fastest():
+    calls = []
+    seconds = {False: iter([5.0, 3.0, 4.0]), True: iter([9.0, 2.0, 6.0])}  # per timed call, in order
+    now = [0.0]
+
+    def run_pass(bf16):
+        calls.append(bf16)
+        if len(calls) > 2:  # the first call of each is the warm-up and is not timed
+            now[0] += next(seconds[bf16])
+
+    timing = time_both_precisions(run_pass, rounds=3, clock=lambda: now[0])
+    assert calls == [False, True] + [False, True] * 3
+    assert (timing.float32_seconds, timing.bf16_seconds) == (3.0, 2.0)
+    assert timing.bf16_faster
+    assert not PrecisionTiming(float32_seconds=1.0, bf16_seconds=0.96).bf16_faster  # within BF16_MIN_GAIN
+    assert PrecisionTiming(float32_seconds=1.0, bf16_seconds=0.94).bf16_faster
+
+
+@pytest.mark.parametrize("bf16_seconds, expect_bf16", [(0.5, True), (1.5, False)])
+def test_cpu_bf16_auto_computes_in_the_precision_that_timed_faster(monkeypatch, bf16_seconds, expect_bf16):
+    monkeypatch.setattr("craftrl.train.learner.native_cpu_bf16_flags", lambda: ("avx512_bf16",))
+    measured = []
+
+    def timed(run_pass):
+        for bf16 in (False, True):
+            run_pass(bf16)
+            measured.append(bf16)
+        return PrecisionTiming(float32_seconds=1.0, bf16_seconds=bf16_seconds)
+
+    monkeypatch.setattr("craftrl.train.learner.time_both_precisions", timed)
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    policy = mlp_policy_generator(obs_dim=4, num_actions=2)
+    learner = PPOLearner(policy, train_config(cpu_bf16="auto"), torch.device("cpu"))
+    assert not learner.use_cpu_bf16 and learner.precision_probe_pending
+    for iteration in range(2):
+        fragments = bandit_fragments(policy, num_envs=8, length=10, rng=rng, version=iteration)
+        metrics = learner.iteration(fragments, iteration, iteration, torch.Generator().manual_seed(iteration))
+        assert metrics["ppo/cpu_bf16"] == float(expect_bf16)
+    assert measured == [False, True]  # measured once, on the first iteration
+    assert learner.use_cpu_bf16 is expect_bf16
+
+
+def test_the_precision_probe_times_real_passes_and_moves_no_weight(monkeypatch):
+    """The probe's passes leave no gradient behind and step nothing, so the gradient passes after it start from
+    the weights and optimiser state they would have had without it."""
+    monkeypatch.setattr("craftrl.train.learner.native_cpu_bf16_flags", lambda: ("avx512_bf16",))
+    torch.manual_seed(3)
+    policy = default_policy_generator(num_actions=3, image_shape=(64, 64, 3), hidden_size=32, channels=(8, 8),
+                                      encoder="tiles")
+    rng = np.random.default_rng(3)
+    fragments = bandit_fragments(policy, 4, 6, rng, episode_length=4, obs_fn=random_images(rng))
+    learner = PPOLearner(policy, train_config(batch_size_per_gpu=2, cpu_bf16="auto"), torch.device("cpu"))
+    batch = learner.prepare(fragments)[0]  # which moves the value normaliser's statistics
+    before = copy.deepcopy(policy.state_dict())
+    timing = learner.choose_cpu_precision(batch)
+    assert timing.float32_seconds > 0 and timing.bf16_seconds > 0
+    assert learner.use_cpu_bf16 is timing.bf16_faster and not learner.precision_probe_pending
+    assert all(p.grad is None for p in policy.parameters())
+    assert all(torch.equal(before[name], value) for name, value in policy.state_dict().items())
+    assert not learner.optimizer.state  # no optimiser step was taken
 
 
 def test_native_bf16_flags_come_from_the_cpu_flags_line(tmp_path, monkeypatch):
