@@ -111,7 +111,7 @@ class EpisodeStatisticsConfig:
 class RolloutConfig:
     num_rollout_workers: int = key(1, "Rollout worker actors; each owns num_envs env processes.", AT_LEAST_ONE)
     num_gpus_per_worker: float = key(0.0, "GPU share reserved per rollout worker; inference runs on the GPU when > 0 and CUDA exists.", NON_NEGATIVE)
-    num_cpus_per_worker: float = key(1.0, "CPUs reserved per rollout worker in Ray's accounting.", NON_NEGATIVE)
+    num_cpus_per_worker: float = key(1.0, "CPUs reserved per rollout worker in Ray's accounting; from 1 on, its whole part is also the worker's torch threads for inference.", NON_NEGATIVE)
     resources_per_worker: Optional[dict[str, float]] = key(None, "Custom Ray resources each rollout worker requires, e.g. {rollout_node: 1} to place workers on nodes started with that resource; a local Ray declares what the run needs.")
     fragment_length: int = key(256, "Env steps per fragment, the unit sent from rollout to the replay buffer.", AT_LEAST_ONE)
     weights_dtype: str = key("float32", "Precision of the policy parameters the trainer publishes to rollout workers each version; 'float16' halves the bytes each version puts on the network (VPT-2x: 0.99 -> 0.50 GB), and the workers load them into their float32 policy. Buffers (e.g. the value normaliser's statistics) stay float32. The rollout's log-probs move by at most 1e-3 (craftrl.weights.HALF_PRECISION_LOGP_TOLERANCE, tested).", one_of("float32", "float16"))
@@ -126,7 +126,7 @@ class RolloutConfig:
 class TrainConfig:
     num_workers: int = key(0, "Ray Train DDP workers; 0 runs the learner inside the driver process (local mode).", NON_NEGATIVE)
     num_gpus_per_worker: float = key(0.0, "GPUs per train worker; 0 trains on CPU (gloo), > 0 on CUDA (nccl).", NON_NEGATIVE)
-    num_cpus_per_worker: float = key(1.0, "CPUs reserved per train worker in Ray's accounting.", NON_NEGATIVE)
+    num_cpus_per_worker: float = key(1.0, "CPUs reserved per train worker in Ray's accounting; from 1 on, its whole part is also the learner's torch threads. With num_workers 0 the learner runs in the driver, outside Ray's accounting, and this sets only its threads.", NON_NEGATIVE)
     resources_per_worker: Optional[dict[str, float]] = key(None, "Custom Ray resources each train worker requires, e.g. {learner_node: 1}; needs num_workers >= 1 (local mode trains in the driver).")
     num_iterations: int = key(4000, "Training iterations to run; each publishes a new policy version.", AT_LEAST_ONE)
     vf_warmup: int = key(0, "First iterations that train only the value function (the policy is not updated or published).", NON_NEGATIVE)

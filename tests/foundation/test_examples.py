@@ -63,8 +63,9 @@ def test_crafter_score_config_is_moon_et_als_settings_with_a_wide_tile_policy_in
     loaded = load_config("craftrl.configs.crafter_score")
     moon = load_config("craftrl.configs.crafter_resnet")
     train, moon_train = (dataclasses.asdict(c.online.train_config) for c in (loaded, moon))
-    assert {key for key in train if train[key] != moon_train[key]} == {"num_gpus_per_worker", "cpu_bf16"}
-    assert train["num_gpus_per_worker"] == 0
+    assert {key for key in train if train[key] != moon_train[key]} == {"num_gpus_per_worker", "num_cpus_per_worker",
+                                                                       "cpu_bf16"}
+    assert train["num_gpus_per_worker"] == 0 and train["num_workers"] == 0  # the learner's threads: outside Ray
     rollout = loaded.online.rollout_config
     assert rollout.num_gpus_per_worker == 0 and rollout.synchronous_sampling
     assert loaded.online.fragments_per_env_per_version() == 2  # 32 fragments of 128 steps from 16 envs
