@@ -8,8 +8,8 @@ third column checks that 'auto', which times one pass of each on its first itera
 The iteration is the real ``PPOLearner.iteration`` on real fragments: the default config's policy acts on
 ``crafter/cows`` through the ``RolloutLoop`` (8 env processes) until one iteration's worth of fragments is
 cut, then each precision trains on copies of them, from the same initial weights, in both of the default
-config's phases (one whole-batch minibatch per epoch, then sequence minibatches). Torch gets the train
-worker's one thread, as in a run.
+config's phases (one whole-batch minibatch per epoch, then sequence minibatches). Torch gets the learner's
+threads (``train_config.num_cpus_per_worker``), as in a run.
 
     .venv/bin/python bench/learner_step.py [--repeats 3]
 
@@ -94,7 +94,7 @@ def main() -> None:
     lines = [
         "## Learner compute per iteration (`bench/learner_step.py`)", "",
         f"`.venv/bin/python bench/learner_step.py --repeats {args.repeats}`, {datetime.date.today().isoformat()}, "
-        f"{os.cpu_count()} cores, 1 torch thread, load average {load_before:.1f} at start, "
+        f"{os.cpu_count()} cores, {torch.get_num_threads()} torch threads, load average {load_before:.1f} at start, "
         f"native CPU bf16: {', '.join(native_cpu_bf16_flags()) or 'none'}.", "",
         f"One iteration of the default config ({steps} env steps of `{TASK}` in {len(fragments)} fragments, "
         f"{train.epochs_per_iteration} epochs), median of {args.repeats} after a warm-up, seconds:", "",

@@ -25,10 +25,10 @@ defaults (docs/config.md). Why each choice, in short (the measurements: bench/no
   epochs (no ``target_kl``): 3 cows per episode after a median 65k env steps over 9 seeds, where the same
   config with ``target_kl`` 0.02 and a fixed bonus of 0.01 took 85k over 12.
 * **Learner precision** (``cpu_bf16`` 'auto'): the first iteration times a forward + backward pass in float32
-  and in bfloat16 and keeps the faster, to leave more of 2 cores to the envs; it depends on the CPU, not only
-  on its instruction set: on an AMD EPYC with avx512_bf16 bf16 halved the learner's time
-  (bench/notes/crafter_score.md), on an Intel Xeon with avx512_bf16 and no AMX float32 is faster (0.66 against
-  0.78 s per iteration, BENCHMARKS.md).
+  and in bfloat16 and keeps the faster, since the lock-stepped envs wait for the learner. Which is faster
+  depends on the CPU, not only on its instruction set: on an AMD EPYC with avx512_bf16 bf16 halved the
+  learner's time (bench/notes/crafter_score.md), on an Intel Xeon with avx512_bf16 and no AMX float32 is
+  faster (0.42 against 0.59 s per iteration on the 2 threads below, BENCHMARKS.md).
 * **Learner threads**: 2 (``num_cpus_per_worker``; in the driver, outside Ray's accounting). In lock-step
   the envs wait while the learner computes, so both cores are free for it: its compute took 0.38-0.41 instead
   of 0.54-0.56 s per iteration on an Intel Xeon without AMX, 11 % more env steps/s end to end.
