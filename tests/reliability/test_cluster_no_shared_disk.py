@@ -40,17 +40,27 @@ class RolloutNode:
         view.mkdir(parents=True)
         ray_cli = Path(sys.executable).with_name("ray")
         # `ray start` binds a few fixed default ports and socket names: a second node on this machine needs its own
-        ports = " ".join(f"--{name}={_free_port()}" for name in (
+        ports = " ".join(f"--{name}={_unclaimed_port()}" for name in (
             "node-manager-port", "object-manager-port", "metrics-export-port", "dashboard-agent-listen-port",
             "dashboard-agent-grpc-port", "runtime-env-agent-port"))
-        sockets = tempfile.mkdtemp(prefix="craftrl-node-")  # short: a unix socket path has at most 107 bytes
-        ports += f" --temp-dir={sockets}"  # the node's sockets, e.g. the object store's, under a path of its own
+        self.sockets = Path(tempfile.mkdtemp(prefix="craftrl-node-"))  # short: a unix socket path has <= 107 bytes
+        ports += f" --temp-dir={self.sockets}"  # the node's sockets, e.g. the object store's, under a path of its own
         command = (f"mount --bind {view} {hidden} && exec {ray_cli} start --address={address} --num-cpus=2 "
                    f"--resources='{json.dumps(resources)}' --object-store-memory={256 << 20} {ports} "
                    f"--min-worker-port={worker_ports.start} --max-worker-port={worker_ports.stop - 1} --block")
         self.view = view
-        self.process = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-c", command],
-                                        start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.log = view.with_name(view.name + ".log")  # beside the view, which must stay empty
+        with open(self.log, "w") as log:
+            self.process = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-c", command],
+                                            start_new_session=True, stdout=log, stderr=subprocess.STDOUT)
+
+    def describe(self) -> str:
+        """What the node's ``ray start`` and raylet said, for a test that waited for the node in vain."""
+        status = "running" if self.process.poll() is None else f"exited with {self.process.returncode}"
+        raylet = sorted(self.sockets.glob("session_*/logs/raylet.out"))
+        raylet_tail = raylet[-1].read_text(errors="replace")[-1500:] if raylet else "(no raylet.out)"
+        return (f"node {self.view.name}: ray start {status}; its output: {self.log.read_text(errors='replace')[-1500:]}"
+                f"\nraylet.out: {raylet_tail}")
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -59,6 +69,7 @@ class RolloutNode:
                 self.process.wait(60)
             except subprocess.TimeoutExpired:
                 os.killpg(self.process.pid, signal.SIGKILL)
+        shutil.rmtree(self.sockets, ignore_errors=True)
 
     def crash(self) -> None:
         """Every process of the node dies at once, as when its machine goes down."""
@@ -66,25 +77,40 @@ class RolloutNode:
         self.process.wait(30)
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+_CLAIMED_PORTS: set[int] = set()
 
 
-def _wait_for_nodes(address: str, count: int, timeout: float = 90.0) -> set[str]:
+def _unclaimed_port() -> int:
+    """A port no process listens on, below the kernel's ephemeral range: an outgoing connection (Ray's processes
+    open many) can take a free ephemeral port in the seconds before ``ray start`` binds it, but never this one."""
+    ephemeral_start = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for port in range(24000, ephemeral_start):
+        if port in _CLAIMED_PORTS:
+            continue
+        with socket.socket() as probe:
+            try:
+                probe.bind(("0.0.0.0", port))
+            except OSError:
+                continue
+        _CLAIMED_PORTS.add(port)
+        return port
+    raise RuntimeError(f"no free port between 24000 and {ephemeral_start}")
+
+
+def _wait_for_nodes(address: str, count: int, nodes: list[RolloutNode], timeout: float = 90.0) -> set[str]:
     """The ids of the cluster's live nodes once there are ``count`` (asked through Ray's state API: this test
     process may hold a Ray connection of its own already, to the test session's local Ray)."""
     from ray.util.state import list_nodes
 
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and all(node.process.poll() is None for node in nodes):
         alive = {node.node_id for node in list_nodes(address=address, filters=[("state", "=", "ALIVE")],
                                                      raise_on_missing_output=False)}
         if len(alive) >= count:
             return alive
         time.sleep(0.5)
-    raise TimeoutError(f"fewer than {count} Ray nodes after {timeout:.0f} s")
+    raise TimeoutError(f"fewer than {count} Ray nodes after {timeout - (deadline - time.monotonic()):.0f} s\n"
+                       + "\n".join(node.describe() for node in nodes))
 
 
 def _head_and_two_rollout_nodes(runs: Path, tmp_path: Path):
@@ -115,7 +141,7 @@ def test_rollout_nodes_without_the_drivers_disk_train_through_the_object_store(t
     cluster, nodes = _head_and_two_rollout_nodes(runs, tmp_path)
     try:
         head = cluster.head_node.node_id
-        rollout_nodes = _wait_for_nodes(cluster.address, 3) - {head}
+        rollout_nodes = _wait_for_nodes(cluster.address, 3, nodes) - {head}
         result = subprocess.run(
             [sys.executable, "-m", "craftrl.cli.main", "train", str(config), f"output_root={runs}",
              "--address", cluster.address],
@@ -177,7 +203,7 @@ def test_a_dead_rollout_node_loses_its_slot_until_a_node_joins_and_the_fragments
     stdout, stderr = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
     process = None
     try:
-        _wait_for_nodes(cluster.address, 3)
+        _wait_for_nodes(cluster.address, 3, nodes)
         with open(stdout, "w") as out, open(stderr, "w") as err:
             process = subprocess.Popen(
                 [sys.executable, "-m", "craftrl.cli.main", "train", str(config), f"output_root={runs}",
@@ -190,7 +216,7 @@ def test_a_dead_rollout_node_loses_its_slot_until_a_node_joins_and_the_fragments
         before = _last_metrics(runs)["train/iteration"]
         _wait_for("training on with the other node", lambda: _last_metrics(runs)["train/iteration"] >= before + 2)
         nodes.append(RolloutNode(cluster.address, {"rollout_node": 1}, runs, tmp_path / "view-c", range(23000, 23200)))
-        joined = _wait_for_nodes(cluster.address, 3) - {cluster.head_node.node_id}
+        joined = _wait_for_nodes(cluster.address, 3, nodes[-1:]) - {cluster.head_node.node_id}
         _wait_for("the slot back on the new node", lambda: _last_metrics(runs).get("rollout/workers_waiting_for_node")
                   == 0.0 and len({json.loads(line)["node"] for line in log.read_text().splitlines()} & joined) == 2)
         process.send_signal(signal.SIGTERM)
@@ -240,7 +266,7 @@ def test_ddp_across_two_nodes_one_without_the_store_trains_checkpoints_and_resum
                        range(21000, 21200))
     try:
         head = cluster.head_node.node_id
-        (other,) = _wait_for_nodes(cluster.address, 2) - {head}
+        (other,) = _wait_for_nodes(cluster.address, 2, [node]) - {head}
         first = _train(config, runs, cluster.address)
         actors = list_actors(address=cluster.address, detail=True, limit=1000, raise_on_missing_output=False)
         resumed = _train(config, runs, cluster.address, "train_config.resume=latest",
