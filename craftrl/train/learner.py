@@ -121,10 +121,12 @@ class PPOLearner:
 
     # ------------------------------------------------------------------ phases
 
-    def _autocast(self):
+    def _autocast(self, cpu_bf16: bool | None = None):
+        """The autocast of the learner's passes; ``cpu_bf16`` overrides the chosen CPU precision (the probe that
+        chooses it times both)."""
         if self.use_amp:
             return torch.autocast(device_type="cuda", dtype=torch.float16)
-        if self.use_cpu_bf16:
+        if self.use_cpu_bf16 if cpu_bf16 is None else cpu_bf16:
             return torch.autocast(device_type="cpu", dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
@@ -349,9 +351,8 @@ class PPOLearner:
         no_sync = getattr(self.model, "no_sync", contextlib.nullcontext)
 
         def run_pass(bf16: bool) -> None:
-            self.use_cpu_bf16 = bf16
             with no_sync():
-                with self._autocast():
+                with self._autocast(cpu_bf16=bf16):
                     loss, *_ = self._slice_loss(batch, 0, end, batch.state_in, reference_state, warmup=False)
                 loss.backward()
             self.optimizer.zero_grad(set_to_none=True)

@@ -599,8 +599,13 @@ def test_the_precision_probe_times_real_passes_and_moves_no_weight(monkeypatch):
     learner = PPOLearner(policy, train_config(batch_size_per_gpu=2, cpu_bf16="auto"), torch.device("cpu"))
     batch = learner.prepare(fragments)[0]  # which moves the value normaliser's statistics
     before = copy.deepcopy(policy.state_dict())
+    in_bf16 = []  # whether each pass the probe timed ran under CPU bf16 autocast
+    slice_loss = learner._slice_loss
+    monkeypatch.setattr(learner, "_slice_loss", lambda *args, **kwargs: (
+        in_bf16.append(torch.is_autocast_enabled("cpu")), slice_loss(*args, **kwargs))[1])
     timing = learner.choose_cpu_precision(batch)
     assert timing.float32_seconds > 0 and timing.bf16_seconds > 0
+    assert in_bf16.count(True) == in_bf16.count(False) >= 2, in_bf16  # each precision warmed up, then timed
     assert learner.use_cpu_bf16 is timing.bf16_faster and not learner.precision_probe_pending
     assert all(p.grad is None for p in policy.parameters())
     assert all(torch.equal(before[name], value) for name, value in policy.state_dict().items())
