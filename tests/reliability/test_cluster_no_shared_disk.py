@@ -81,8 +81,9 @@ _CLAIMED_PORTS: set[int] = set()
 
 
 def _unclaimed_port() -> int:
-    """A port no process listens on, below the kernel's ephemeral range: an outgoing connection (Ray's processes
-    open many) can take a free ephemeral port in the seconds before ``ray start`` binds it, but never this one."""
+    """A port no process has bound on any address (Ray's servers bind the node's address, where a port free on
+    127.0.0.1 may be taken), below the kernel's ephemeral range: an outgoing connection (Ray's processes open
+    many) can take a free ephemeral port in the seconds before ``ray start`` binds it, but never this one."""
     ephemeral_start = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     for port in range(24000, ephemeral_start):
         if port in _CLAIMED_PORTS:
