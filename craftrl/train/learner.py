@@ -126,7 +126,8 @@ class PPOLearner:
         chooses it times both)."""
         if self.use_amp:
             return torch.autocast(device_type="cuda", dtype=torch.float16)
-        if self.use_cpu_bf16 if cpu_bf16 is None else cpu_bf16:
+        in_bf16 = self.use_cpu_bf16 if cpu_bf16 is None else cpu_bf16
+        if in_bf16:
             return torch.autocast(device_type="cpu", dtype=torch.bfloat16)
         return contextlib.nullcontext()
 

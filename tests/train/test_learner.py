@@ -601,8 +601,12 @@ def test_the_precision_probe_times_real_passes_and_moves_no_weight(monkeypatch):
     before = copy.deepcopy(policy.state_dict())
     in_bf16 = []  # whether each pass the probe timed ran under CPU bf16 autocast
     slice_loss = learner._slice_loss
-    monkeypatch.setattr(learner, "_slice_loss", lambda *args, **kwargs: (
-        in_bf16.append(torch.is_autocast_enabled("cpu")), slice_loss(*args, **kwargs))[1])
+
+    def recording_slice_loss(*args, **kwargs):
+        in_bf16.append(torch.is_autocast_enabled("cpu"))
+        return slice_loss(*args, **kwargs)
+
+    monkeypatch.setattr(learner, "_slice_loss", recording_slice_loss)
     timing = learner.choose_cpu_precision(batch)
     assert timing.float32_seconds > 0 and timing.bf16_seconds > 0
     assert in_bf16.count(True) == in_bf16.count(False) >= 2, in_bf16  # each precision warmed up, then timed
