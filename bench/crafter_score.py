@@ -39,6 +39,9 @@ from time_to_cows import run_directory, stop_run  # noqa: E402
 PAPER_SCORES = {"PPO (Crafter paper)": "4.6 ± 0.3", "Random (Crafter paper)": "1.6 ± 0.0"}
 ACHIEVEMENT_PREFIX = "achievements/"
 MAX_EPISODE_STEPS = 10_000  # Crafter's episode limit: a finished run's scored episodes end within it of env_steps
+# Env steps at which the score so far is also reported: where short A/B runs stop (bench/notes/crafter_score.md)
+# and where a 1M run stands on the way, so the two compare without re-scoring by hand.
+ALONG_THE_WAY = (200_000, 440_000, 700_000)
 
 
 def start_run(config: str, overrides: list[str], seed: int, output_root: Path, log: Path) -> subprocess.Popen:
@@ -105,6 +108,14 @@ def crafter_score(rates_pct: dict[str, float]) -> float:
     return math.exp(sum(math.log(1.0 + s) for s in rates_pct.values()) / len(rates_pct)) - 1.0
 
 
+def scores_along_the_way(episodes: list[dict], env_steps: int, achievements: list[str]) -> dict[int, float]:
+    """The score of the episodes within each of ``ALONG_THE_WAY``'s budgets below ``env_steps`` that the
+    episodes pass (an episode finished after it, so none that it holds is still missing)."""
+    passed = sum(int(e["length"]) for e in episodes)
+    return {budget: crafter_score(success_rates(first_episodes_within(episodes, budget), achievements))
+            for budget in ALONG_THE_WAY if budget < env_steps and passed > budget}
+
+
 def all_achievements() -> list[str]:
     import crafter.constants
 
@@ -131,6 +142,7 @@ class SeedResult:
     score: float
     elapsed_s: float  # training wall-clock time, the run's last ``train/elapsed_s``
     logged_env_steps: float  # all the run stepped, scored or not: its last ``rollout/env_steps``
+    along_the_way: dict[int, float]  # the score within fewer env steps (``scores_along_the_way``)
 
     @property
     def env_steps(self) -> int:
@@ -148,9 +160,10 @@ class SeedResult:
 def score_run(seed: int, run_dir: Path, env_steps: int) -> SeedResult:
     path = run_dir / "episodes.jsonl"  # absent while no episode has finished
     episodes = first_episodes_within(read_jsonl(path) if path.exists() else [], env_steps)
-    rates = success_rates(episodes, all_achievements())
+    achievements = all_achievements()
+    rates = success_rates(episodes, achievements)
     return SeedResult(seed, run_dir, episodes, rates, crafter_score(rates), last_logged(run_dir, "train/elapsed_s"),
-                      last_logged(run_dir, "rollout/env_steps"))
+                      last_logged(run_dir, "rollout/env_steps"), scores_along_the_way(episodes, env_steps, achievements))
 
 
 def describe_accelerator() -> str:
@@ -173,9 +186,13 @@ def write_results(results: list[SeedResult], env_steps: int, command: str, confi
     rows = ["| agent | Crafter score (%) |", "|---|---:|",
             f"| craftrl, `{config}` ({seeds}) | {mean_and_spread(scores)} |"]
     rows += [f"| {name} | {value} |" for name, value in PAPER_SCORES.items()]
-    runs = ["| seed | run | score (%) | episodes | env steps scored | mean return | env steps/s | training (min) |",
-            "|---:|---|---:|---:|---:|---:|---:|---:|"]
-    runs += [f"| {r.seed} | `{r.run_dir.name}` | {r.score:.2f} | {len(r.episodes)} | {r.env_steps:,} | "
+    budgets = [budget for budget in ALONG_THE_WAY if all(budget in r.along_the_way for r in results)]
+    runs = ["| seed | run | score (%) | " + "".join(f"at {budget // 1000}k | " for budget in budgets)
+            + "episodes | env steps scored | mean return | env steps/s | training (min) |",
+            "|---:|---|---:|" + "---:|" * len(budgets) + "---:|---:|---:|---:|---:|"]
+    runs += [f"| {r.seed} | `{r.run_dir.name}` | {r.score:.2f} | "
+             + "".join(f"{r.along_the_way[budget]:.2f} | " for budget in budgets)
+             + f"{len(r.episodes)} | {r.env_steps:,} | "
              f"{statistics.mean(float(e['episode_return']) for e in r.episodes) if r.episodes else 0.0:.2f} | "
              f"{r.env_steps_per_s:.0f} | {r.minutes:.0f} |" for r in results]
     names = sorted(results[0].rates, key=lambda name: -statistics.mean(r.rates[name] for r in results))
@@ -198,7 +215,8 @@ def write_results(results: list[SeedResult], env_steps: int, command: str, confi
             f"`crafter/score` (the full game, Crafter's own reward) with the policy and PPO settings of `{config}`, "
             f"{seeds} (the paper averages 10). Each run is scored over the episodes that finished within {scope}. "
             "Scored as the Crafter paper scores its agents: success rate = share of training episodes with the "
-            "achievement unlocked, score = exp(mean ln(1 + rate %)) - 1. The paper's rows are copied from its "
+            "achievement unlocked, score = exp(mean ln(1 + rate %)) - 1. 'at 200k' and the like: the score of the "
+            "episodes within that many env steps of the same run. The paper's rows are copied from its "
             "table; its per-achievement rates are not reproduced here.", "",
             *rows, "", *runs, "", *table]
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -235,6 +253,7 @@ def main() -> None:
     for result in results:
         print(json.dumps({"seed": result.seed, "run": str(result.run_dir), "score_pct": round(result.score, 3),
                           "episodes": len(result.episodes), "env_steps": result.env_steps,
+                          "score_along_the_way_pct": {str(k): round(v, 3) for k, v in result.along_the_way.items()},
                           "env_steps_per_s": round(result.env_steps_per_s), "rates_pct": result.rates}), flush=True)
     if args.write_results:
         shown = [arg if arg != args.ran_on else "'<below>'" for arg in sys.argv[1:]]  # the machine is said apart

@@ -69,6 +69,33 @@ def test_results_give_each_seed_the_mean_and_spread_and_say_when_runs_stopped_sh
     assert f"{statistics.mean(scores):.1f} ± {statistics.stdev(scores):.1f}" in text and "2 seeds" in text
     assert "| 1 | `short` |" in text and "| collect_wood | 75.0 | 50.0 | 100.0 |" in text
     assert "runs stopped short" in text and "1 of the runs stopped before them (at 300 env steps)" in text
+    assert "| at 200k |" not in text  # the short run never passed 200k env steps, so no seed's column is shown
     # a run whose next episode could not have finished within the budget is complete
     crafter_score.write_results(results[:1], budget, "python bench/crafter_score.py", "a.config", "a machine", out)
     assert "stopped" not in out.read_text() and "one seed" in out.read_text()
+
+
+def test_scores_along_the_way_score_the_episodes_within_each_budget_the_run_passed(monkeypatch):
+    monkeypatch.setattr(crafter_score, "ALONG_THE_WAY", (100, 300, 600))
+    episodes = [episode(60, collect_wood=1), episode(60), episode(60, collect_wood=1), episode(60, collect_wood=1),
+                episode(60)]  # 300 env steps in all
+    scores = crafter_score.scores_along_the_way(episodes, 1000, ["collect_wood"])
+    assert scores == {100: pytest.approx(100.0)}  # within 100: the first episode; 300 is not passed
+    scores = crafter_score.scores_along_the_way(episodes + [episode(10)], 1000, ["collect_wood"])
+    assert scores == {100: pytest.approx(100.0), 300: pytest.approx(60.0)}  # 3 of the first 5
+    # a budget at or past the run's own is its score, not a point on the way
+    assert crafter_score.scores_along_the_way(episodes + [episode(10)], 300, ["collect_wood"]) == {
+        100: pytest.approx(100.0)}
+
+
+def test_results_show_a_score_along_the_way_that_every_seed_passed(tmp_path, monkeypatch):
+    monkeypatch.setattr(crafter_score, "ALONG_THE_WAY", (20_000, 40_000))
+    first = _run(tmp_path, "first", [episode(24_000, collect_wood=1), episode(24_000)], 48_000, 480.0)
+    second = _run(tmp_path, "second", [episode(30_000), episode(30_000)], 60_000, 600.0)
+    results = [crafter_score.score_run(seed, run_dir, 100_000) for seed, run_dir in enumerate([first, second])]
+    # within 20k no episode had finished; within 40k the first one, with 1 of the 22 achievements
+    assert results[0].along_the_way == {20_000: 0.0, 40_000: pytest.approx(101 ** (1 / 22) - 1)}
+    out = tmp_path / "results.md"
+    crafter_score.write_results(results, 100_000, "python bench/crafter_score.py", "a.config", "a machine", out)
+    row = f"| 0 | `first` | {51 ** (1 / 22) - 1:.2f} | 0.00 | {101 ** (1 / 22) - 1:.2f} | 2 |"
+    assert "| at 20k | at 40k |" in out.read_text() and row in out.read_text()
