@@ -27,7 +27,7 @@ and scores every episode that finished within them from the run's ``episodes.jso
   without AMX its compute went from 8.4 to 5.2 s per iteration and the run from 335 to 459 env steps/s.
 * **Learner precision** (``cpu_bf16`` 'auto', timed on the first iteration): bf16 halved the learner's time on
   an AMD EPYC with avx512_bf16 (3.5 against 6.5 s per iteration) and on an Intel Xeon with AMX (2.7 against
-  5.5 s on 2 threads; 1M env steps in 24-26 minutes); on an Intel Xeon with avx512_bf16 and no AMX it took 11.7 s
+  5.5 s on 2 threads; 1M env steps in 24-27 minutes); on an Intel Xeon with avx512_bf16 and no AMX it took 11.7 s
   against float32's 9.0 s. The score was the same in either precision.
 """
 
