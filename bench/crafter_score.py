@@ -163,7 +163,8 @@ def score_run(seed: int, run_dir: Path, env_steps: int) -> SeedResult:
     achievements = all_achievements()
     rates = success_rates(episodes, achievements)
     return SeedResult(seed, run_dir, episodes, rates, crafter_score(rates), last_logged(run_dir, "train/elapsed_s"),
-                      last_logged(run_dir, "rollout/env_steps"), scores_along_the_way(episodes, env_steps, achievements))
+                      last_logged(run_dir, "rollout/env_steps"),
+                      scores_along_the_way(episodes, env_steps, achievements))
 
 
 def describe_accelerator() -> str:
