@@ -92,8 +92,9 @@ class PPOLearner:
         self.precision_probe_pending = native and config.cpu_bf16 == "auto"
         if wants_cpu_bf16 and not native:
             log = logger.warning if config.cpu_bf16 is True else logger.info
-            log("train_config.cpu_bf16=%s: float32, as this CPU has no native bfloat16 instructions (%s), "
-                "where bf16 runs emulated", config.cpu_bf16, " or ".join(NATIVE_BF16_FLAGS))
+            log("train_config.cpu_bf16=%s: float32, as this CPU has no native bfloat16 instructions (%s) or "
+                "ONEDNN_MAX_CPU_ISA keeps torch from them, where bf16 runs emulated", config.cpu_bf16,
+                " or ".join(NATIVE_BF16_FLAGS))
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.use_amp)
         self.reference = reference
         self.rho = config.kl_divergence_coef_rho

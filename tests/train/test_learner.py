@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import os
 
 import numpy as np
 import pytest
@@ -627,4 +628,20 @@ def test_native_bf16_flags_come_from_the_cpu_flags_line(tmp_path, monkeypatch):
         cpuinfo.write_text(text)
         hardware.native_cpu_bf16_flags.cache_clear()
         assert hardware.native_cpu_bf16_flags() == expected
+    cpuinfo.write_text("flags\t\t: fpu avx512f avx512_bf16 amx_bf16\n")
+    monkeypatch.setattr(hardware, "onednn_may_use_bf16", lambda: False)
     hardware.native_cpu_bf16_flags.cache_clear()
+    assert hardware.native_cpu_bf16_flags() == ()  # the CPU has them, torch may not use them
+    hardware.native_cpu_bf16_flags.cache_clear()
+
+
+def test_onednn_restricted_below_bf16_counts_as_no_native_bf16():
+    """A real torch in a process started with ONEDNN_MAX_CPU_ISA=AVX2: its bf16 passes would run reference code."""
+    import subprocess
+    import sys
+
+    probe = ("from craftrl.utils import hardware; "
+             "print(hardware.onednn_may_use_bf16(), hardware.native_cpu_bf16_flags())")
+    result = subprocess.run([sys.executable, "-c", probe], env={**os.environ, "ONEDNN_MAX_CPU_ISA": "AVX2"},
+                            capture_output=True, text=True, timeout=120, check=True)
+    assert result.stdout.split("\n")[0] == "False ()", result.stdout + result.stderr
