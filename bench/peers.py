@@ -23,6 +23,14 @@ for the rest of ``--minutes``.
 
 Writes ``OUTPUT_ROOT/peers.md`` and ``OUTPUT_ROOT/peers_cows.png`` (with ``--write-results`` also
 ``bench/results/peers.md`` and ``bench/figures/peers_cows.png``, which ``make bench`` puts into BENCHMARKS.md).
+
+A CPU without native bf16 on a machine that has it: set ``ISA_LIMIT_VARIABLES`` for the whole run, which the
+results then name, and keep the section apart from the main one::
+
+    ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 \
+        python bench/peers.py --minutes 7 --stop-at-cows 3 --seeds 32 33 34 35 36 --systems craftrl rllib-ppo
+    python bench/peers.py --summarize <its output root> --write-results --results-name peers_isa_limited
+
 The last three lines are ``P2 sps_ratio_vs_best_peer=<craftrl / fastest peer, median env steps/s>``,
 ``P3 time_to_3_cows_ratio_vs_best_peer=<craftrl / quickest peer, median seconds to 3 cows>`` and
 ``P3b env_steps_to_3_cows_ratio_vs_best_peer=<craftrl / the peer with the fewest, median env steps to 3
@@ -46,7 +54,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Mapping, NamedTuple
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -68,6 +76,10 @@ LABELS = {"craftrl": "craftrl (default config)", "sb3-ppo": "SB3 PPO, NatureCNN"
           "sb3-recurrentppo": "sb3-contrib RecurrentPPO, CnnLstm", "rllib-ppo": "RLlib PPO, new API stack"}
 COLOURS = {"craftrl": "tab:red", "sb3-ppo": "tab:blue", "sb3-recurrentppo": "tab:cyan", "rllib-ppo": "tab:green"}
 LINE_STYLES = ["-", "--", ":", "-."]
+# Variables that keep torch (oneDNN, ATen's kernels, MKL) from instruction sets the CPU has. Every process of every
+# system inherits them, so a run under them shows on the same cores what a CPU without those instructions (without
+# native bf16, say) would do.
+ISA_LIMIT_VARIABLES = ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS")
 # A peer stops itself at its deadline, at most one PPO update later; past this grace it gets SIGTERM.
 STOP_GRACE_S = 120.0
 
@@ -340,15 +352,25 @@ def versions() -> str:
     return ", ".join(found)
 
 
+def isa_limits(environ: Mapping[str, str]) -> dict[str, str]:
+    """The ``ISA_LIMIT_VARIABLES`` set in ``environ``."""
+    return {name: environ[name] for name in ISA_LIMIT_VARIABLES if environ.get(name)}
+
+
 def results_markdown(summaries: list[dict[str, Any]], context: dict[str, Any], figure: str) -> str:
     p2, p3, p3b, fastest, quickest, leanest = headline_ratios(summaries)
+    limits = " ".join(f"{name}={value}" for name, value in context.get("isa_limits", {}).items())
     lines = [
-        "## Against peers on the default task (`bench/peers.py`, P2, P3 and P3b)", "",
-        f"`{context['command']}`, {context['date']}, {context['cores']} cores, 1-minute load average "
+        "## Against peers on the default task (`bench/peers.py`, P2, P3 and P3b)"
+        + (f", torch limited to fewer instructions ({limits})" if limits else ""), "",
+        f"`{limits + ' ' if limits else ''}{context['command']}`, {context['date']}, {context['cores']} cores, "
+        "1-minute load average "
         f"{context['load_before']:.1f} before / {context['load_after']:.1f} after; {context['versions']}. "
         "Systems ran one at a time, seeds interleaved; each clock starts at its command's launch (imports, Ray and "
         "env start-up count); cows per episode is the mean of the last 20 episodes, counted once 20 have finished. "
         "All systems step craftrl's own `crafter/cows` env (the peers through `bench/peers/cows_gym.py`)."
+        + (f" Every process of every system ran with {limits}: torch used none of the CPU's instructions beyond"
+           " those, as on a CPU without them." if limits else "")
         + (f" Each run ended once it reached {context['stop_at_cows']:g} cows per episode (or at {context['minutes']:g}"
            " min), so its env steps/s span launch to that point, start-up included, and later minutes are blank."
            if context.get("stop_at_cows") else ""), "",
@@ -447,7 +469,11 @@ def main() -> None:
     parser.add_argument("--summarize", metavar="OUTPUT_ROOT", default=None,
                         help="read the runs of an earlier invocation (its context.json) instead of running")
     parser.add_argument("--write-results", action="store_true",
-                        help="also rewrite bench/results/peers.md and bench/figures/peers_cows.png")
+                        help="also rewrite bench/results/NAME.md and bench/figures/NAME_cows.png "
+                             "(NAME: --results-name)")
+    parser.add_argument("--results-name", default="peers",
+                        help="NAME of the results section and figure that --write-results rewrites (default: peers; "
+                             "another name adds a section, as for a run under ISA_LIMIT_VARIABLES)")
     parser.add_argument("overrides", nargs="*", help="craftrl config overrides, e.g. train_config.learning_rate=1e-3")
     args = parser.parse_args()
 
@@ -462,7 +488,7 @@ def main() -> None:
         context = {"command": "python bench/peers.py " + " ".join(sys.argv[1:]), "date": datetime.date.today().isoformat(),
                    "cores": os.cpu_count(), "load_before": os.getloadavg()[0], "versions": versions(),
                    "minutes": args.minutes, "stop_at_cows": args.stop_at_cows, "seeds": args.seeds,
-                   "systems": args.systems}
+                   "systems": args.systems, "isa_limits": isa_limits(os.environ)}
         (root / "context.json").write_text(json.dumps(context, indent=1) + "\n")
         run_dirs, summaries = {}, []
         for seed in args.seeds:
@@ -486,8 +512,9 @@ def main() -> None:
     summaries.sort(key=lambda s: (SYSTEMS.index(s["system"]), s["seed"]))
     targets = [(root / "peers.md", root / "peers_cows.png", "peers_cows.png")]
     if args.write_results:
-        targets.append((BENCH / "results" / "peers.md", BENCH / "figures" / "peers_cows.png",
-                        "bench/figures/peers_cows.png"))
+        name = args.results_name
+        targets.append((BENCH / "results" / f"{name}.md", BENCH / "figures" / f"{name}_cows.png",
+                        f"bench/figures/{name}_cows.png"))
     for markdown_path, figure_path, figure_link in targets:
         plot(summaries, run_dirs, context["minutes"], figure_path)
         markdown_path.parent.mkdir(parents=True, exist_ok=True)

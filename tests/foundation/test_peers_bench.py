@@ -50,3 +50,23 @@ def test_curve_reached_needs_a_full_window_and_ignores_a_line_being_written(tmp_
     curve.write_text(curve.read_text().rsplit("\n", 1)[0]
                      + '\n{"wall_s": 3, "env_steps": 300, "episodes": 21, "cows_mean_last20": 3.0}\n')
     assert peers.curve_reached(tmp_path, 3.0)
+
+
+def test_a_run_under_isa_limits_says_so_in_its_results():
+    """The variables that keep torch from the CPU's wider instructions are recorded from the environment and
+    named in the section's title and command; a run without them reads as before."""
+    assert peers.isa_limits({"ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "PATH": "/bin",
+                             "ATEN_CPU_CAPABILITY": ""}) == {"ONEDNN_MAX_CPU_ISA": "AVX2",
+                                                             "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+    runs = [{**summary("craftrl", 0, 1000.0, 50.0, 50_000), "params": 189_538},
+            {**summary("rllib-ppo", 0, 500.0, 200.0, 100_000), "params": 605_362}]
+    context = {"command": "python bench/peers.py --seeds 0", "date": "2026-12-02", "cores": 2, "load_before": 0.5,
+               "load_after": 0.7, "versions": "torch", "minutes": 7.0, "stop_at_cows": 3.0, "seeds": [0],
+               "systems": ["craftrl", "rllib-ppo"]}
+    plain = peers.results_markdown(runs, context, "peers_cows.png")
+    limited = peers.results_markdown(runs, {**context, "isa_limits": {"ONEDNN_MAX_CPU_ISA": "AVX2"}},
+                                     "peers_cows.png")
+    assert "ONEDNN_MAX_CPU_ISA" not in plain
+    title, _, first = limited.splitlines()[:3]
+    assert title.endswith("(ONEDNN_MAX_CPU_ISA=AVX2)")
+    assert first.startswith("`ONEDNN_MAX_CPU_ISA=AVX2 python bench/peers.py --seeds 0`")
