@@ -62,6 +62,7 @@ PEERS_DIR = BENCH / "peers"
 sys.path.insert(0, str(PEERS_DIR))  # peer_curve; time_to_cows is importable from BENCH (sys.path[0])
 
 import time_to_cows  # noqa: E402
+from machine import describe_machine  # noqa: E402
 from craftrl.metrics import read_jsonl  # noqa: E402
 from peer_curve import LAUNCHED_AT_ENV, THRESHOLDS, first_reaching, summarize_points, reached_or_inf  # noqa: E402
 
@@ -363,8 +364,8 @@ def results_markdown(summaries: list[dict[str, Any]], context: dict[str, Any], f
     lines = [
         "## Against peers on the default task (`bench/peers.py`, P2, P3 and P3b)"
         + (f", torch limited to fewer instructions ({limits})" if limits else ""), "",
-        f"`{limits + ' ' if limits else ''}{context['command']}`, {context['date']}, {context['cores']} cores, "
-        "1-minute load average "
+        f"`{limits + ' ' if limits else ''}{context['command']}`, {context['date']}, "
+        f"{context.get('machine') or str(context['cores']) + ' cores'}, 1-minute load average "
         f"{context['load_before']:.1f} before / {context['load_after']:.1f} after; {context['versions']}. "
         "Systems ran one at a time, seeds interleaved; each clock starts at its command's launch (imports, Ray and "
         "env start-up count); cows per episode is the mean of the last 20 episodes, counted once 20 have finished. "
@@ -486,7 +487,8 @@ def main() -> None:
         root = Path(args.output_root).resolve() / datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
         root.mkdir(parents=True, exist_ok=True)
         context = {"command": "python bench/peers.py " + " ".join(sys.argv[1:]), "date": datetime.date.today().isoformat(),
-                   "cores": os.cpu_count(), "load_before": os.getloadavg()[0], "versions": versions(),
+                   "cores": os.cpu_count(), "machine": describe_machine(),
+                   "load_before": os.getloadavg()[0], "versions": versions(),
                    "minutes": args.minutes, "stop_at_cows": args.stop_at_cows, "seeds": args.seeds,
                    "systems": args.systems, "isa_limits": isa_limits(os.environ)}
         (root / "context.json").write_text(json.dumps(context, indent=1) + "\n")
