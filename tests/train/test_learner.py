@@ -622,6 +622,7 @@ def test_native_bf16_flags_come_from_the_cpu_flags_line(tmp_path, monkeypatch):
 
     cpuinfo = tmp_path / "cpuinfo"
     monkeypatch.setattr(hardware, "Path", lambda _: cpuinfo)
+    monkeypatch.setattr(hardware, "onednn_may_use_bf16", lambda: True)  # whatever this CPU lets torch do
     for text, expected in (("flags\t\t: fpu avx512f avx512_bf16 sse\n", ("avx512_bf16",)),
                            ("flags\t\t: fpu avx512f avx512bw\n", ()),  # AVX512 alone: torch emulates bf16
                            ("model name\t: no flags line\n", ())):
