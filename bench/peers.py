@@ -29,7 +29,7 @@ results then name, and keep the section apart from the main one::
 
     ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 \
         python bench/peers.py --minutes 7 --stop-at-cows 3 --seeds 32 33 34 35 36 --systems craftrl rllib-ppo
-    python bench/peers.py --summarize <its output root> --write-results --results-name peers_isa_limited
+    python bench/peers.py --summarize <that run's dated folder> --write-results --results-name peers_isa_limited
 
 The last three lines are ``P2 sps_ratio_vs_best_peer=<craftrl / fastest peer, median env steps/s>``,
 ``P3 time_to_3_cows_ratio_vs_best_peer=<craftrl / quickest peer, median seconds to 3 cows>`` and
