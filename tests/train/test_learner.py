@@ -502,6 +502,8 @@ def test_cpu_bf16_runs_the_passes_in_bfloat16_and_still_learns(monkeypatch):
     (The test pretends the CPU is native, whatever CI has. torch runs bf16 convolutions on any CPU, natively or
     emulated, but its LSTM only where oneDNN has bf16 kernels -- AVX512 and up, which every CPU with the native
     flags has; on an AVX2-only CPU autocast leaves the LSTM in float32, so there only the convolution is checked.)"""
+    from craftrl.utils.hardware import onednn_may_use_bf16
+
     monkeypatch.setattr("craftrl.train.learner.native_cpu_bf16_flags", lambda: ("avx512_bf16",))
     torch.manual_seed(3)
     policy = default_policy_generator(num_actions=3, image_shape=(64, 64, 3), hidden_size=32, channels=(8, 8),
@@ -516,7 +518,7 @@ def test_cpu_bf16_runs_the_passes_in_bfloat16_and_still_learns(monkeypatch):
     learner = PPOLearner(policy, train_config(batch_size_per_gpu=2, context_length=4, epochs_per_iteration=1,
                                               learning_rate=1e-9, cpu_bf16=True), torch.device("cpu"))
     metrics = learner.iteration(fragments, 0, 0, torch.Generator().manual_seed(0))
-    lstm_in_bf16 = torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    lstm_in_bf16 = onednn_may_use_bf16()
     assert dtypes == {("conv", torch.bfloat16), ("lstm", torch.bfloat16 if lstm_in_bf16 else torch.float32)}
     assert metrics["ppo/ratio_mean"] == pytest.approx(1.0, abs=0.02)  # bf16 logits: ~3 significant digits
     assert metrics["ppo/approx_kl"] < 1e-3
