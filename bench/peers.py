@@ -363,6 +363,7 @@ def results_markdown(summaries: list[dict[str, Any]], context: dict[str, Any], f
     limits = " ".join(f"{name}={value}" for name, value in context.get("isa_limits", {}).items())
     lines = [
         "## Against peers on the default task (`bench/peers.py`, P2, P3 and P3b)"
+        + (f" on {context['machine']}" if context.get("machine") else "")
         + (f", torch limited to fewer instructions ({limits})" if limits else ""), "",
         f"`{limits + ' ' if limits else ''}{context['command']}`, {context['date']}, "
         f"{context.get('machine') or str(context['cores']) + ' cores'}, 1-minute load average "

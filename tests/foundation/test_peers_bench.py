@@ -52,9 +52,10 @@ def test_curve_reached_needs_a_full_window_and_ignores_a_line_being_written(tmp_
     assert peers.curve_reached(tmp_path, 3.0)
 
 
-def test_a_run_under_isa_limits_says_so_in_its_results():
+def test_the_results_title_names_the_machine_and_any_isa_limits():
     """The variables that keep torch from the CPU's wider instructions are recorded from the environment and
-    named in the section's title and command; a run without them reads as before."""
+    named in the section's title and command; a run without them reads as before. The title names the machine
+    where the run recorded it, so sections from different CPUs are told apart."""
     assert peers.isa_limits({"ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "PATH": "/bin",
                              "ATEN_CPU_CAPABILITY": ""}) == {"ONEDNN_MAX_CPU_ISA": "AVX2",
                                                              "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
@@ -69,4 +70,7 @@ def test_a_run_under_isa_limits_says_so_in_its_results():
     assert "ONEDNN_MAX_CPU_ISA" not in plain
     title, _, first = limited.splitlines()[:3]
     assert title.endswith("(ONEDNN_MAX_CPU_ISA=AVX2)")
+    on_a_machine = peers.results_markdown(runs, {**context, "machine": "2 cores (AMD EPYC; avx512_bf16)"},
+                                          "peers_cows.png")
+    assert on_a_machine.splitlines()[0].endswith("P3b) on 2 cores (AMD EPYC; avx512_bf16)")
     assert first.startswith("`ONEDNN_MAX_CPU_ISA=AVX2 python bench/peers.py --seeds 0`")
