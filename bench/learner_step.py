@@ -35,6 +35,7 @@ from craftrl.envs import env_generator
 from craftrl.rollout.worker import RolloutLoop
 from craftrl.train.learner import PPOLearner
 from craftrl.utils.hardware import native_cpu_bf16_flags
+from machine import describe_machine  # bench scripts share helpers by plain import (sys.path[0] is bench/)
 
 RESULTS = Path(__file__).resolve().parent / "results" / "learner_step.md"
 TASK = "crafter/cows"
@@ -94,7 +95,7 @@ def main() -> None:
     lines = [
         "## Learner compute per iteration (`bench/learner_step.py`)", "",
         f"`.venv/bin/python bench/learner_step.py --repeats {args.repeats}`, {datetime.date.today().isoformat()}, "
-        f"{os.cpu_count()} cores, {torch.get_num_threads()} torch threads, load average {load_before:.1f} at start, "
+        f"{describe_machine()}, {torch.get_num_threads()} torch threads, load average {load_before:.1f} at start, "
         f"native CPU bf16: {', '.join(native_cpu_bf16_flags()) or 'none'}.", "",
         f"One iteration of the default config ({steps} env steps of `{TASK}` in {len(fragments)} fragments, "
         f"{train.epochs_per_iteration} epochs), median of {args.repeats} after a warm-up, seconds:", "",
