@@ -70,7 +70,7 @@ def test_the_results_title_names_the_machine_and_any_isa_limits():
     assert "ONEDNN_MAX_CPU_ISA" not in plain
     title, _, first = limited.splitlines()[:3]
     assert title.endswith("(ONEDNN_MAX_CPU_ISA=AVX2)")
+    assert first.startswith("`ONEDNN_MAX_CPU_ISA=AVX2 python bench/peers.py --seeds 0`")
     on_a_machine = peers.results_markdown(runs, {**context, "machine": "2 cores (AMD EPYC; avx512_bf16)"},
                                           "peers_cows.png")
     assert on_a_machine.splitlines()[0].endswith("P3b) on 2 cores (AMD EPYC; avx512_bf16)")
-    assert first.startswith("`ONEDNN_MAX_CPU_ISA=AVX2 python bench/peers.py --seeds 0`")
