@@ -8,18 +8,24 @@ import platform
 from pathlib import Path
 
 
-def describe_machine() -> str:
-    """``2 cores (AMD EPYC; avx512_bf16)``: core count, CPU model and the flags that change our kernels."""
+def describe_machine(cpuinfo: str | None = None) -> str:
+    """``2 cores (AMD EPYC; avx512_bf16)``: core count, CPU model and the flags that change our kernels; a CPU
+    without AVX-512 says ``no avx512``, since torch's kernels and oneDNN's bf16 path differ most there."""
     model, flags = platform.processor() or platform.machine(), []
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-            elif line.startswith("flags"):
-                flags = [f for f in line.split(":", 1)[1].split() if f in ("avx512_bf16", "amx_bf16", "amx_tile")]
-                break
-    except OSError:
-        pass
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpuinfo = ""
+    for line in cpuinfo.splitlines():
+        if line.startswith("model name"):
+            model = line.split(":", 1)[1].strip()
+        elif line.startswith("flags"):
+            present = line.split(":", 1)[1].split()
+            flags = [f for f in ("avx512_bf16", "amx_bf16", "amx_tile") if f in present]
+            if "avx512f" not in present:
+                flags.append("no avx512")
+            break
     return f"{os.cpu_count()} cores ({model}{'; ' + ', '.join(flags) if flags else ''})"
 
 
