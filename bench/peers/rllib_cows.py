@@ -111,6 +111,14 @@ def build_config(args: argparse.Namespace, episode_log_dir: Path) -> Any:
     )
 
 
+def stop_ray(algo: Any) -> None:
+    import ray
+
+    if algo is not None:
+        algo.stop()
+    ray.shutdown()
+
+
 def main() -> int:
     parser = peer_arguments(__doc__.split("\n")[0])
     parser.add_argument("--env-runners", type=int, default=2)
@@ -149,20 +157,21 @@ def main() -> int:
             if time.time() >= next_print:
                 next_print += 30
                 print(f"rllib-ppo: {point}", flush=True)
-    except (SystemExit, KeyboardInterrupt):  # SIGTERM or Ctrl-C: still stop Ray and write what was measured
+    except (SystemExit, KeyboardInterrupt):  # SIGTERM or Ctrl-C: still write what was measured, then stop Ray
         interrupted = True
-    finally:
-        if algo is not None:
-            algo.stop()
-        ray.shutdown()
+    except BaseException:
+        stop_ray(algo)
+        raise
     settings = {"library": f"ray[rllib] {ray.__version__}", "algorithm": "PPO (new API stack)",
                 "model": f"conv {NATURE_CNN}, heads [256] (separate pi/vf heads, shared CNN)",
                 "env_runners": args.env_runners, "envs_per_env_runner": args.envs_per_runner,
                 "train_batch": args.train_batch, "minibatch": args.minibatch, "epochs": args.epochs, "lr": args.lr,
                 "ent_coef": args.ent_coef, "ray_logical_cpus": logical_cpus, "learner": "local (driver), CPU",
                 "driver_torch_threads": torch.get_num_threads(), "env_runner_torch_threads": "1 (Ray sets OMP_NUM_THREADS)"}
+    # The summary comes before Ray stops: a Ray process stopped by SIGTERM may abort in its shutdown.
     summary = curve.finish(params, settings)
     print("summary " + json.dumps({k: v for k, v in summary.items() if k not in ("settings", "machine")}), flush=True)
+    stop_ray(algo)
     return 1 if interrupted else 0
 
 
