@@ -15,7 +15,9 @@ episode is the mean over the last 20 finished episodes, counted only once 20 epi
 each deadline the CPU time of every process of the run is recorded by role (the profile in the results).
 ``--stop-at-cows N`` ends every system's run, the same way, once it reaches N cows per episode (profile taken
 then): the headlines need nothing after 3 cows, and a seed that gets there early no longer holds the machine
-for the rest of ``--minutes``.
+for the rest of ``--minutes``. A run that misses 3 cows by its deadline counts as never reaching them, so
+``--minutes`` must leave the slowest system room: 7 minutes on the 2-core machines with AVX-512, 12 on a 2-core
+AMD EPYC without it, where RLlib PPO runs at ~200 env steps/s and needs ~100-160k of them.
 
     python bench/peers.py --minutes 20 --seeds 0 1 --write-results
     python bench/peers.py --minutes 20 --seeds 0 1 --systems craftrl sb3-ppo sb3-recurrentppo rllib-ppo
