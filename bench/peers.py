@@ -145,9 +145,10 @@ def still_running(snapshot: dict[int, int], group: int) -> list[int]:
 
 
 def run_peer(system: str, seed: int, minutes: float, out: Path, extra: list[str],
-             stop_at_cows: float | None = None) -> dict[str, Any]:
+             stop_at_cows: float | None = None) -> dict[str, Any] | None:
     """Run one peer script to its own deadline, or until its curve reaches ``stop_at_cows`` (then SIGTERM, which
-    every peer script answers by writing its summary); returns that summary with the CPU profile added."""
+    every peer script answers by writing its summary); returns that summary with the CPU profile added, or None
+    if the script wrote none."""
     out.mkdir(parents=True, exist_ok=True)
     script, *flags = PEER_SCRIPTS[system]
     arguments = [*flags, *extra, "--minutes", f"{minutes:g}", "--seed", str(seed)]
@@ -188,8 +189,10 @@ def run_peer(system: str, seed: int, minutes: float, out: Path, extra: list[str]
             except ProcessLookupError:
                 pass
     summary_path = out / "summary.json"
-    if not summary_path.exists():
-        raise SystemExit(f"peers: {system} seed {seed} wrote no summary (exit {child.returncode}); see {out / 'log.txt'}")
+    if not summary_path.exists():  # one failed run does not cost the others: the results name it
+        print(f"peers: {system} seed {seed} wrote no summary (exit {child.returncode}); see {out / 'log.txt'}",
+              file=sys.stderr, flush=True)
+        return None
     summary = json.loads(summary_path.read_text())
     summary.update(command=f"python bench/peers/{script} {' '.join(arguments)} --out OUT", exit_code=child.returncode,
                    stopped_at_cows=reached,  # then the script's exit code is that of a SIGTERM'd run
@@ -360,7 +363,9 @@ def isa_limits(environ: Mapping[str, str]) -> dict[str, str]:
     return {name: environ[name] for name in ISA_LIMIT_VARIABLES if environ.get(name)}
 
 
-def results_markdown(summaries: list[dict[str, Any]], context: dict[str, Any], figure: str) -> str:
+def results_markdown(summaries: list[dict[str, Any]], context: dict[str, Any], figure: str,
+                     missing: list[tuple[str, int]] | None = None) -> str:
+    """The results section; ``missing`` names the (system, seed) runs that wrote no summary."""
     p2, p3, p3b, fastest, quickest, leanest = headline_ratios(summaries)
     limits = " ".join(f"{name}={value}" for name, value in context.get("isa_limits", {}).items())
     lines = [
@@ -403,6 +408,9 @@ def results_markdown(summaries: list[dict[str, Any]], context: dict[str, Any], f
               f"**P3b** (craftrl / the peer with the fewest, {LABELS.get(leanest, leanest)}, median env steps to 3 "
               f"cows): **{p3b:.2f}**.", ""]
     lines += verdict(p2, p3, fastest, quickest, summaries, context["minutes"])
+    if missing:
+        lines.append("Wrote no summary, so left out of the medians (see each run's log.txt): "
+                     + ", ".join(f"{LABELS.get(name, name)} seed {seed}" for name, seed in missing) + ".")
     if not math.isnan(p3b):
         lines += ["", f"In env steps craftrl needed {p3b:.2f}x what {LABELS.get(leanest, leanest)} needed to 3 cows "
                       f"per episode (P3b's target: 0.5 or less)."]
@@ -506,6 +514,8 @@ def main() -> None:
                 else:
                     extra = ["--torch-threads", str(args.peer_torch_threads)] if args.peer_torch_threads else []
                     summary = run_peer(name, seed, args.minutes, out, extra, args.stop_at_cows)
+                if summary is None:
+                    continue
                 summaries.append(summary)
                 print(json.dumps({k: summary.get(k) for k in ("system", "seed", "params", "end_to_end_sps", "episodes",
                                                               "time_to_1_cows_s", "time_to_3_cows_s",
@@ -515,6 +525,7 @@ def main() -> None:
     context.setdefault("load_after", math.nan)
 
     summaries.sort(key=lambda s: (SYSTEMS.index(s["system"]), s["seed"]))
+    missing = [run for run, run_dir in run_dirs.items() if not (run_dir / "summary.json").exists()]
     targets = [(root / "peers.md", root / "peers_cows.png", "peers_cows.png")]
     if args.write_results:
         name = args.results_name
@@ -523,8 +534,8 @@ def main() -> None:
     for markdown_path, figure_path, figure_link in targets:
         plot(summaries, run_dirs, context["minutes"], figure_path)
         markdown_path.parent.mkdir(parents=True, exist_ok=True)
-        markdown_path.write_text(results_markdown(summaries, context, figure_link))
-    print(results_markdown(summaries, context, str(root / "peers_cows.png")), flush=True)
+        markdown_path.write_text(results_markdown(summaries, context, figure_link, missing))
+    print(results_markdown(summaries, context, str(root / "peers_cows.png"), missing), flush=True)
     print(f"peers: results in {root}", flush=True)
     headline = headline_ratios(summaries)
     print(f"P2 sps_ratio_vs_best_peer={headline.p2:.3f}", flush=True)

@@ -74,3 +74,20 @@ def test_the_results_title_names_the_machine_and_any_isa_limits():
     on_a_machine = peers.results_markdown(runs, {**context, "machine": "2 cores (AMD EPYC; avx512_bf16)"},
                                           "peers_cows.png")
     assert on_a_machine.splitlines()[0].endswith("P3b) on 2 cores (AMD EPYC; avx512_bf16)")
+
+
+def test_a_run_without_a_summary_is_named_in_the_results_and_left_out_of_the_medians():
+    """A peer that aborts before writing its summary no longer ends the benchmark; the results say which run
+    is missing, and the medians are over the runs that finished."""
+    runs = [{**summary("craftrl", 0, 1000.0, 50.0, 50_000), "params": 189_538},
+            {**summary("rllib-ppo", 0, 500.0, 200.0, 100_000), "params": 605_362}]
+    context = {"command": "python bench/peers.py --seeds 0 1", "date": "2026-12-02", "cores": 2, "load_before": 0.5,
+               "load_after": 0.7, "versions": "torch", "minutes": 7.0, "stop_at_cows": 3.0, "seeds": [0, 1],
+               "systems": ["craftrl", "rllib-ppo"]}
+    complete = peers.results_markdown(runs, context, "peers_cows.png")
+    assert "Wrote no summary" not in complete
+    one_missing = peers.results_markdown(runs, context, "peers_cows.png", missing=[("rllib-ppo", 1)])
+    assert "Wrote no summary, so left out of the medians (see each run's log.txt): RLlib PPO, new API stack seed 1." \
+        in one_missing
+    assert "**P3b** (craftrl / the peer with the fewest, RLlib PPO, new API stack, median env steps to 3 cows): " \
+        "**0.50**." in one_missing
