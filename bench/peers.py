@@ -525,7 +525,8 @@ def main() -> None:
     context.setdefault("load_after", math.nan)
 
     summaries.sort(key=lambda s: (SYSTEMS.index(s["system"]), s["seed"]))
-    missing = [run for run, run_dir in run_dirs.items() if not (run_dir / "summary.json").exists()]
+    finished = {(s["system"], s["seed"]) for s in summaries}
+    missing = [run for run in run_dirs if run not in finished]
     targets = [(root / "peers.md", root / "peers_cows.png", "peers_cows.png")]
     if args.write_results:
         name = args.results_name
