@@ -224,3 +224,26 @@ class MetricsClient:
         if self._in_flight:
             _, self._in_flight = ray.wait(self._in_flight, num_returns=len(self._in_flight), timeout=timeout)
         return len(self._in_flight)
+
+
+def collect_statistics(calls: Mapping[str, Any], timeout_s: float) -> tuple[dict[str, float], dict[str, str]]:
+    """The statistics each named actor call returned within ``timeout_s``, and why the others are missing.
+
+    Each call counts on its own, so one slow component (a rollout manager busy replacing a worker) leaves only
+    its own keys out of the record rather than the replay's and the episodes' too.
+    """
+    import ray
+
+    refs = list(calls.values())
+    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s) if refs else ([], [])
+    collected: dict[str, float] = {}
+    missing: dict[str, str] = {}
+    for name, ref in calls.items():
+        if ref not in ready:
+            missing[name] = f"no answer within {timeout_s:g} s"
+            continue
+        try:
+            collected.update(ray.get(ref))
+        except Exception as error:  # statistics are nice to have: the caller goes on without these
+            missing[name] = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
+    return collected, missing

@@ -25,6 +25,7 @@ import torch
 
 from craftrl.config.loading import config_to_yaml
 from craftrl.config.validate import build_config
+from craftrl.metrics import MetricsClient, collect_statistics
 from craftrl.train.checkpoint import TrainingState, restore_rng_state
 from craftrl.train.home_checkpoints import HomeCheckpoints
 from craftrl.train.distributed import all_reduce_min, distributed
@@ -35,6 +36,7 @@ from craftrl.weights import WeightPublisher
 logger = logging.getLogger(__name__)
 KEEP_LAST_CHECKPOINTS = 3
 DATA_TIMEOUT_S = 600.0  # how long the trainer waits for fresh chunks before giving up
+STATISTICS_TIMEOUT_S = 10.0  # how long one iteration's record waits for the components' statistics
 DATA_CHECK_S = 5.0  # while waiting, how often it asks the rollout manager whether any worker can still run
 
 
@@ -73,7 +75,6 @@ class _Run:
         import ray
         import ray.train
 
-        from craftrl.metrics import MetricsClient
         from craftrl.replay.reader import ReaderPool
         from craftrl.system import EPISODE_STATISTICS, METRICS, REPLAY_BUFFER, ROLLOUT_MANAGER, find
 
@@ -183,22 +184,20 @@ class _Run:
 
         if self.metrics is None:
             return
-        extra: dict[str, float] = {}
-        calls = []
+        calls = {}
         if self.manager is not None:
-            calls.append(self.manager.status.remote())
+            calls["rollout manager"] = self.manager.status.remote()
         if self.statistics is not None:
-            calls.append(self.statistics.summary.remote())
-        calls.append(self.replay.metrics.remote())
+            calls["episode statistics"] = self.statistics.summary.remote()
+        calls["replay store"] = self.replay.metrics.remote()
         episodes = self.statistics.take_records.remote() if self.statistics is not None else None
-        try:
-            for result in ray.get(calls, timeout=10):
-                extra.update(result)
-        except Exception as error:  # statistics are nice to have; training goes on
-            logger.warning("collecting rollout statistics failed: %s", error)
+        extra, missing = collect_statistics(calls, timeout_s=STATISTICS_TIMEOUT_S)
+        for name, reason in missing.items():  # statistics are nice to have; training goes on
+            logger.warning("iteration %d is logged without the %s's statistics: %s",
+                           self.state.iteration, name, reason)
         try:  # apart: the episodes were taken from the actor, so a failed summary must not lose them too
             if episodes is not None:
-                self.metrics.log_episodes(ray.get(episodes, timeout=10), step=self.state.trained_samples)
+                self.metrics.log_episodes(ray.get(episodes, timeout=STATISTICS_TIMEOUT_S), step=self.state.trained_samples)
         except Exception as error:
             logger.warning("collecting finished episodes failed: %s", error)
         if "rollout/env_steps" in extra:

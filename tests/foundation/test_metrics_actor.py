@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from craftrl.metrics import MetricsClient, MetricsSink
+from craftrl.metrics import MetricsClient, MetricsSink, collect_statistics
 
 
 @pytest.mark.ray
@@ -59,3 +59,31 @@ def test_client_drops_and_counts_when_too_many_calls_are_in_flight(ray_session, 
     for step in range(10):
         client.log({"v": step}, step)
     assert client.dropped == 7
+
+
+@pytest.mark.ray
+def test_a_slow_or_failing_component_leaves_only_its_own_statistics_out(ray_session):
+    ray = ray_session
+
+    @ray.remote(num_cpus=0)
+    class Component:
+        def __init__(self, delay_s: float, statistics: dict):
+            self.delay_s, self.statistics = delay_s, statistics
+
+        def summary(self):
+            time.sleep(self.delay_s)
+            return self.statistics
+
+        def broken(self):
+            raise ValueError("the store is closed")
+
+    answering = Component.remote(0.0, {"replay/chunks": 3.0})
+    busy = Component.remote(30.0, {"rollout/env_steps": 10.0})
+    collected, missing = collect_statistics({"rollout manager": busy.summary.remote(),
+                                             "episode statistics": answering.broken.remote(),
+                                             "replay store": answering.summary.remote()}, timeout_s=2.0)
+    assert collected == {"replay/chunks": 3.0}
+    assert missing["rollout manager"] == "no answer within 2 s"
+    assert "the store is closed" in missing["episode statistics"] and set(missing) == {"rollout manager",
+                                                                                      "episode statistics"}
+    ray.kill(busy)

@@ -169,9 +169,9 @@ def test_rollout_nodes_without_the_drivers_disk_train_through_the_object_store(t
     assert re.search(r"unaccounted 0\b", accounting), accounting
     sent = int(re.search(r"sent (\d+)", accounting).group(1))
     (run_dir,) = runs.iterdir()
-    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert metrics[-1]["train/iteration"] == 6.0 and metrics[-1]["rollout/workers_given_up"] == 0.0
-    assert 0 < metrics[-1]["replay/remote_fragments_written"] <= sent
+    assert _last_metrics(runs)["train/iteration"] == 6.0
+    assert _last_metrics(runs, having="rollout/workers_given_up")["rollout/workers_given_up"] == 0.0
+    assert 0 < _last_metrics(runs, having="replay/remote_fragments_written")["replay/remote_fragments_written"] <= sent
 
     # the driver's disk has the run's outputs; the rollout nodes' view of the run root stayed empty
     assert (run_dir / "checkpoints" / "iter_00000006").is_dir() and any((run_dir / "tensorboard").iterdir())
@@ -180,10 +180,12 @@ def test_rollout_nodes_without_the_drivers_disk_train_through_the_object_store(t
         assert _files_under(node.view) == [], node.view
 
 
-def _last_metrics(run_root: Path) -> dict:
+def _last_metrics(run_root: Path, having: str | None = None) -> dict:
+    """The last record of the run's metrics.jsonl, or the last one with the key ``having``."""
     paths = list(run_root.glob("*/metrics.jsonl"))
-    lines = paths[0].read_text().splitlines() if paths else []
-    return json.loads(lines[-1]) if lines else {}
+    records = [json.loads(line) for line in paths[0].read_text().splitlines()] if paths else []
+    records = [record for record in records if having is None or having in record]
+    return records[-1] if records else {}
 
 
 def _wait_for(what: str, condition, timeout: float = 180.0) -> None:
@@ -229,7 +231,8 @@ def test_a_dead_rollout_node_loses_its_slot_until_a_node_joins_and_the_fragments
             node.stop()
         cluster.shutdown()
     assert process.returncode == 130, stderr.read_text()[-4000:]
-    metrics = _last_metrics(runs)
+    # an iteration whose record waited in vain for the rollout manager's answer is logged without its keys
+    metrics = _last_metrics(runs, having="rollout/workers_given_up")
     # recreated once, or twice when the first replacement was placed on the dead node before Ray knew it was dead
     assert metrics["rollout/workers_given_up"] == 0.0 and metrics["rollout/workers_recreated"] in (1.0, 2.0)
     accounting = re.search(r"craftrl:   fragments: (.*)", stdout.read_text()).group(1)

@@ -43,7 +43,9 @@ def test_rollout_workers_and_learner_run_on_the_nodes_the_config_names(tmp_path:
     assert len(learner) == 1 and learner[0]["node"] == learner_node.node_id
     (run_dir,) = (tmp_path / "runs").iterdir()
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert metrics[-1]["train/iteration"] == 4.0 and metrics[-1]["rollout/fragments_sent"] > 0
+    assert metrics[-1]["train/iteration"] == 4.0
+    # a record whose iteration waited in vain for the rollout manager's statistics goes without them
+    assert [m["rollout/fragments_sent"] for m in metrics if "rollout/fragments_sent" in m][-1] > 0
 
 
 def test_a_cluster_without_the_named_resources_is_one_clear_error(tmp_path: Path):
