@@ -7,10 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 TESTS = Path(__file__).resolve().parents[1]
 SEED = str(TESTS / "config_fixtures" / "seed004.py")
+TINY = str(TESTS / "config_fixtures" / "tiny.py")
 
 
 def craftrl(*args: str) -> subprocess.CompletedProcess:
@@ -46,16 +48,23 @@ def test_train_with_a_bad_config_fails_before_creating_anything(tmp_path: Path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_train_runs_a_tiny_config_end_to_end(tmp_path: Path):
-    tiny = str(TESTS / "config_fixtures" / "tiny.py")
-    result = craftrl("train", tiny, f"output_root={tmp_path}")
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess, Path]:
+    """``craftrl train`` of the tiny config, once for the tests that read what it wrote (a run takes ~30 s on 2
+    cores); returns the CLI's result and the output root."""
+    root = tmp_path_factory.mktemp("tiny_runs")
+    return craftrl("train", TINY, f"output_root={root}"), root
+
+
+def test_train_runs_a_tiny_config_end_to_end(tiny_run: tuple[subprocess.CompletedProcess, Path]):
+    result, root = tiny_run
     assert result.returncode == 0, result.stderr[-3000:]
-    runs = list(tmp_path.iterdir())
+    runs = list(root.iterdir())
     assert len(runs) == 1 and runs[0].name.startswith("tiny-")
     run = runs[0]
     saved = yaml.safe_load((run / "config.yaml").read_text())
     assert saved["train_config"]["save_path"] == str(run / "checkpoints")
-    assert (run / "config_source.py").read_text() == Path(tiny).read_text()
+    assert (run / "config_source.py").read_text() == Path(TINY).read_text()
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["train/version"] for r in records] == [1.0, 2.0]
     assert (run / "checkpoints" / "iter_00000002" / "state.pt").is_file()
@@ -70,10 +79,10 @@ def test_train_on_a_machine_without_gpus_says_which_keys_to_change(tmp_path: Pat
     assert "Traceback" not in result.stderr
 
 
-def test_eval_and_plot_work_on_a_trained_run(tmp_path: Path):
-    tiny = str(TESTS / "config_fixtures" / "tiny.py")
-    assert craftrl("train", tiny, f"output_root={tmp_path}").returncode == 0
-    run = next(tmp_path.iterdir())
+def test_eval_and_plot_work_on_a_trained_run(tiny_run: tuple[subprocess.CompletedProcess, Path], tmp_path: Path):
+    result, root = tiny_run
+    assert result.returncode == 0, result.stderr[-3000:]
+    run = next(root.iterdir())
     assert (run / "curve.png").is_file(), "training writes its learning curve"
     video = tmp_path / "eval.mp4"
     result = craftrl("eval", str(run), "--episodes", "2", "--video", str(video), "--deterministic")
