@@ -1,8 +1,11 @@
 """The config module the cluster tests run: rollout workers on ``rollout_node`` nodes, the learner on a
 ``learner_node`` node, and every process that builds a policy writes down its node and the resources Ray gave it
-(one JSON line in ``placement_log``), which is how a test sees where things ran."""
+(one JSON line in ``placement_log``), which is how a test sees where things ran. Also whether this machine lets a
+simulated node have a disk view of its own (a mount namespace), which the tests without a shared disk need."""
 from __future__ import annotations
 
+import shutil
+import subprocess
 import textwrap
 from pathlib import Path
 
@@ -57,3 +60,12 @@ def write_cluster_config(path: Path, placement_log: Path, iterations: int = 4,
     path.write_text(textwrap.dedent(TEMPLATE.format(log=str(placement_log), iterations=iterations,
                                                     video_interval=video_interval, train_workers=train_workers)))
     return path
+
+
+def mount_namespaces_work() -> str | None:
+    """None when this process may give a child its own mount namespace with a bind mount, else why not."""
+    if shutil.which("unshare") is None:
+        return "no unshare command"
+    probe = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                            "mount --bind /tmp /mnt && umount /mnt"], capture_output=True, text=True)
+    return None if probe.returncode == 0 else f"mount namespaces refused here: {probe.stderr.strip()[:120]}"

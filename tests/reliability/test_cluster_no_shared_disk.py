@@ -20,17 +20,9 @@ import time
 from pathlib import Path
 
 import pytest
-from cluster_config import write_cluster_config
+from cluster_config import mount_namespaces_work, write_cluster_config
 
 pytestmark = pytest.mark.ray
-
-def _mount_namespaces_work() -> str | None:
-    """None when this process may give a child its own mount namespace with a bind mount, else why not."""
-    if shutil.which("unshare") is None:
-        return "no unshare command"
-    probe = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
-                            "mount --bind /tmp /mnt && umount /mnt"], capture_output=True, text=True)
-    return None if probe.returncode == 0 else f"mount namespaces refused here: {probe.stderr.strip()[:120]}"
 
 
 class RolloutNode:
@@ -134,7 +126,7 @@ def _files_under(root: Path) -> list[str]:
 def test_rollout_nodes_without_the_drivers_disk_train_through_the_object_store(tmp_path: Path):
     from ray.util.state import list_actors
 
-    reason = _mount_namespaces_work()
+    reason = mount_namespaces_work()
     if reason:
         pytest.skip(reason)
     runs, log = tmp_path / "runs", tmp_path / "placement.jsonl"
@@ -197,7 +189,7 @@ def _wait_for(what: str, condition, timeout: float = 180.0) -> None:
 
 
 def test_a_dead_rollout_node_loses_its_slot_until_a_node_joins_and_the_fragments_it_held_are_counted(tmp_path):
-    reason = _mount_namespaces_work()
+    reason = mount_namespaces_work()
     if reason:
         pytest.skip(reason)
     runs, log = tmp_path / "runs", tmp_path / "placement.jsonl"
@@ -258,7 +250,7 @@ def test_ddp_across_two_nodes_one_without_the_store_trains_checkpoints_and_resum
     from ray.cluster_utils import Cluster
     from ray.util.state import list_actors
 
-    reason = _mount_namespaces_work()
+    reason = mount_namespaces_work()
     if reason:
         pytest.skip(reason)
     runs, log = tmp_path / "runs", tmp_path / "placement.jsonl"
