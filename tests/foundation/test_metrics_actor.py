@@ -77,13 +77,17 @@ def test_a_slow_or_failing_component_leaves_only_its_own_statistics_out(ray_sess
         def broken(self):
             raise ValueError("the store is closed")
 
+        def ready(self) -> bool:
+            return True
+
     answering = Component.remote(0.0, {"replay/chunks": 3.0})
     busy = Component.remote(30.0, {"rollout/env_steps": 10.0})
+    ray.get([answering.ready.remote(), busy.ready.remote()])  # started: the timeout below is for the calls alone
     collected, missing = collect_statistics({"rollout manager": busy.summary.remote(),
                                              "episode statistics": answering.broken.remote(),
-                                             "replay store": answering.summary.remote()}, timeout_s=2.0)
+                                             "replay store": answering.summary.remote()}, timeout_s=5.0)
     assert collected == {"replay/chunks": 3.0}
-    assert missing["rollout manager"] == "no answer within 2 s"
+    assert missing["rollout manager"] == "no answer within 5 s"
     assert "the store is closed" in missing["episode statistics"] and set(missing) == {"rollout manager",
                                                                                       "episode statistics"}
     ray.kill(busy)
