@@ -184,7 +184,7 @@ class _Run:
 
         if self.metrics is None:
             return
-        calls = {}
+        calls: dict[str, Any] = {}
         if self.manager is not None:
             calls["rollout manager"] = self.manager.status.remote()
         if self.statistics is not None:
@@ -197,7 +197,8 @@ class _Run:
                            self.state.iteration, name, reason)
         try:  # apart: the episodes were taken from the actor, so a failed summary must not lose them too
             if episodes is not None:
-                self.metrics.log_episodes(ray.get(episodes, timeout=STATISTICS_TIMEOUT_S), step=self.state.trained_samples)
+                records = ray.get(episodes, timeout=STATISTICS_TIMEOUT_S)
+                self.metrics.log_episodes(records, step=self.state.trained_samples)
         except Exception as error:
             logger.warning("collecting finished episodes failed: %s", error)
         if "rollout/env_steps" in extra:
