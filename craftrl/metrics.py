@@ -229,8 +229,8 @@ class MetricsClient:
 def collect_statistics(calls: Mapping[str, Any], timeout_s: float) -> tuple[dict[str, float], dict[str, str]]:
     """The statistics each named actor call returned within ``timeout_s``, and why the others are missing.
 
-    Each call counts on its own, so one slow component (a rollout manager busy replacing a worker) leaves only
-    its own keys out of the record rather than the replay's and the episodes' too.
+    Each call counts on its own, so a component that is slow to answer (a rollout manager on a loaded machine)
+    leaves only its own keys out of the record rather than the replay's and the episodes' too.
     """
     import ray
 
