@@ -77,7 +77,7 @@ def test_the_results_title_names_the_machine_and_any_isa_limits():
 
 
 def test_a_run_without_a_summary_is_named_in_the_results_and_left_out_of_the_medians():
-    """A peer that aborts before writing its summary no longer ends the benchmark; the results say which run
+    """A peer that aborts before writing its summary does not end the benchmark; the results say which run
     is missing, and the medians are over the runs that finished."""
     runs = [{**summary("craftrl", 0, 1000.0, 50.0, 50_000), "params": 189_538},
             {**summary("rllib-ppo", 0, 500.0, 200.0, 100_000), "params": 605_362}]

@@ -1,9 +1,11 @@
 """The config module the cluster tests run: rollout workers on ``rollout_node`` nodes, the learner on a
 ``learner_node`` node, and every process that builds a policy writes down its node and the resources Ray gave it
-(one JSON line in ``placement_log``), which is how a test sees where things ran. Also whether this machine lets a
-simulated node have a disk view of its own (a mount namespace), which the tests without a shared disk need."""
+(one JSON line in ``placement_log``), which is how a test sees where things ran. Also what the cluster tests read
+back (the run's last metrics record) and whether this machine lets a simulated node have a disk view of its own
+(a mount namespace), which the tests without a shared disk need."""
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import textwrap
@@ -69,3 +71,12 @@ def mount_namespaces_work() -> str | None:
     probe = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
                             "mount --bind /tmp /mnt && umount /mnt"], capture_output=True, text=True)
     return None if probe.returncode == 0 else f"mount namespaces refused here: {probe.stderr.strip()[:120]}"
+
+
+def last_metrics(run_root: Path, having: str | None = None) -> dict:
+    """The last record of the metrics.jsonl of the run under ``run_root``, or the last one with the key ``having``
+    (a record whose iteration waited in vain for one component's statistics goes without its keys)."""
+    paths = list(run_root.glob("*/metrics.jsonl"))
+    records = [json.loads(line) for line in paths[0].read_text().splitlines()] if paths else []
+    records = [record for record in records if having is None or having in record]
+    return records[-1] if records else {}

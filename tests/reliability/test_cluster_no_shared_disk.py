@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from cluster_config import mount_namespaces_work, write_cluster_config
+from cluster_config import last_metrics, mount_namespaces_work, write_cluster_config
 
 pytestmark = pytest.mark.ray
 
@@ -161,23 +161,15 @@ def test_rollout_nodes_without_the_drivers_disk_train_through_the_object_store(t
     assert re.search(r"unaccounted 0\b", accounting), accounting
     sent = int(re.search(r"sent (\d+)", accounting).group(1))
     (run_dir,) = runs.iterdir()
-    assert _last_metrics(runs)["train/iteration"] == 6.0
-    assert _last_metrics(runs, having="rollout/workers_given_up")["rollout/workers_given_up"] == 0.0
-    assert 0 < _last_metrics(runs, having="replay/remote_fragments_written")["replay/remote_fragments_written"] <= sent
+    assert last_metrics(runs)["train/iteration"] == 6.0
+    assert last_metrics(runs, having="rollout/workers_given_up")["rollout/workers_given_up"] == 0.0
+    assert 0 < last_metrics(runs, having="replay/remote_fragments_written")["replay/remote_fragments_written"] <= sent
 
     # the driver's disk has the run's outputs; the rollout nodes' view of the run root stayed empty
     assert (run_dir / "checkpoints" / "iter_00000006").is_dir() and any((run_dir / "tensorboard").iterdir())
     assert list((run_dir / "videos").glob("*.mp4")), _files_under(run_dir)
     for node in nodes:
         assert _files_under(node.view) == [], node.view
-
-
-def _last_metrics(run_root: Path, having: str | None = None) -> dict:
-    """The last record of the run's metrics.jsonl, or the last one with the key ``having``."""
-    paths = list(run_root.glob("*/metrics.jsonl"))
-    records = [json.loads(line) for line in paths[0].read_text().splitlines()] if paths else []
-    records = [record for record in records if having is None or having in record]
-    return records[-1] if records else {}
 
 
 def _wait_for(what: str, condition, timeout: float = 180.0) -> None:
@@ -204,15 +196,15 @@ def test_a_dead_rollout_node_loses_its_slot_until_a_node_joins_and_the_fragments
                 [sys.executable, "-m", "craftrl.cli.main", "train", str(config), f"output_root={runs}",
                  "--address", cluster.address], stdout=out, stderr=err,
                 env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
-        _wait_for("2 iterations", lambda: _last_metrics(runs).get("train/iteration", 0) >= 2)
+        _wait_for("2 iterations", lambda: last_metrics(runs).get("train/iteration", 0) >= 2)
         nodes[1].crash()
         _wait_for("the lost worker's slot waiting for a node",
-                  lambda: _last_metrics(runs).get("rollout/workers_waiting_for_node") == 1.0)
-        before = _last_metrics(runs)["train/iteration"]
-        _wait_for("training on with the other node", lambda: _last_metrics(runs)["train/iteration"] >= before + 2)
+                  lambda: last_metrics(runs).get("rollout/workers_waiting_for_node") == 1.0)
+        before = last_metrics(runs)["train/iteration"]
+        _wait_for("training on with the other node", lambda: last_metrics(runs)["train/iteration"] >= before + 2)
         nodes.append(RolloutNode(cluster.address, {"rollout_node": 1}, runs, tmp_path / "view-c", range(23000, 23200)))
         joined = _wait_for_nodes(cluster.address, 3, nodes[-1:]) - {cluster.head_node.node_id}
-        _wait_for("the slot back on the new node", lambda: _last_metrics(runs).get("rollout/workers_waiting_for_node")
+        _wait_for("the slot back on the new node", lambda: last_metrics(runs).get("rollout/workers_waiting_for_node")
                   == 0.0 and len({json.loads(line)["node"] for line in log.read_text().splitlines()} & joined) == 2)
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=180)
@@ -224,7 +216,7 @@ def test_a_dead_rollout_node_loses_its_slot_until_a_node_joins_and_the_fragments
         cluster.shutdown()
     assert process.returncode == 130, stderr.read_text()[-4000:]
     # an iteration whose record waited in vain for the rollout manager's answer is logged without its keys
-    metrics = _last_metrics(runs, having="rollout/workers_given_up")
+    metrics = last_metrics(runs, having="rollout/workers_given_up")
     # recreated once, or twice when the first replacement was placed on the dead node before Ray knew it was dead
     assert metrics["rollout/workers_given_up"] == 0.0 and metrics["rollout/workers_recreated"] in (1.0, 2.0)
     accounting = re.search(r"craftrl:   fragments: (.*)", stdout.read_text()).group(1)

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from cluster_config import mount_namespaces_work, write_cluster_config
+from cluster_config import last_metrics, mount_namespaces_work, write_cluster_config
 
 pytestmark = pytest.mark.ray
 
@@ -46,11 +46,10 @@ def test_rollout_workers_and_learner_run_on_the_nodes_the_config_names(tmp_path:
     learner = [r for r in records if "learner_node" in r["resources"]]
     assert len(rollout) == 2 and {r["node"] for r in rollout} == {rollout_node.node_id}
     assert len(learner) == 1 and learner[0]["node"] == learner_node.node_id
-    (run_dir,) = (tmp_path / "runs").iterdir()
-    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert metrics[-1]["train/iteration"] == 4.0
-    # a record whose iteration waited in vain for the rollout manager's statistics goes without them
-    assert [m["rollout/fragments_sent"] for m in metrics if "rollout/fragments_sent" in m][-1] > 0
+    runs = tmp_path / "runs"
+    assert len(list(runs.iterdir())) == 1
+    assert last_metrics(runs)["train/iteration"] == 4.0
+    assert last_metrics(runs, having="rollout/fragments_sent")["rollout/fragments_sent"] > 0
 
 
 def test_a_cluster_without_the_named_resources_is_one_clear_error(tmp_path: Path):
