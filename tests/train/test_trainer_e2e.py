@@ -104,8 +104,9 @@ def test_synchronous_sampling_trains_every_iteration_on_the_version_it_updates(r
     assert [r["train/iteration"] for r in records] == [1.0, 2.0, 3.0, 4.0]
     assert all(r["data/fragments"] == 4 for r in records)
     assert [r["data/version_lag_max"] for r in records] == [0.0] * 4
-    assert records[-1]["rollout/weights_wait_s"] > 0
-    assert records[-1]["rollout/fragments_per_env_per_version"] == 2
+    rollout_records = [r for r in records if "rollout/weights_wait_s" in r]  # a late manager leaves its keys out
+    assert rollout_records and rollout_records[-1]["rollout/weights_wait_s"] > 0
+    assert rollout_records[-1]["rollout/fragments_per_env_per_version"] == 2
 
 
 def test_synchronous_sampling_fills_each_iteration_with_the_rollout_workers_that_run(ray_session, tmp_path):
