@@ -123,55 +123,6 @@ def _files_under(root: Path) -> list[str]:
     return sorted(str(path.relative_to(root)) for path in root.rglob("*"))
 
 
-def test_rollout_nodes_without_the_drivers_disk_train_through_the_object_store(tmp_path: Path):
-    from ray.util.state import list_actors
-
-    reason = mount_namespaces_work()
-    if reason:
-        pytest.skip(reason)
-    runs, log = tmp_path / "runs", tmp_path / "placement.jsonl"
-    config = write_cluster_config(tmp_path / "cluster_config.py", log, iterations=6, video_interval=2)
-    cluster, nodes = _head_and_two_rollout_nodes(runs, tmp_path)
-    try:
-        head = cluster.head_node.node_id
-        rollout_nodes = _wait_for_nodes(cluster.address, 3, nodes) - {head}
-        result = subprocess.run(
-            [sys.executable, "-m", "craftrl.cli.main", "train", str(config), f"output_root={runs}",
-             "--address", cluster.address],
-            capture_output=True, text=True, timeout=300, env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
-        actors = list_actors(address=cluster.address, detail=True, limit=1000, raise_on_missing_output=False)
-    finally:
-        for node in nodes:
-            node.stop()
-        cluster.shutdown()
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
-
-    # where everything ran: rollout workers on the two rollout nodes, everything else on the driver's (head) node
-    records = [json.loads(line) for line in log.read_text().splitlines()]
-    assert {r["node"] for r in records if "rollout_node" in r["resources"]} == rollout_nodes
-    assert [r["node"] for r in records if "learner_node" in r["resources"]] == [head]
-    placed = {actor.name: actor.node_id for actor in actors if actor.name}
-    for name in ("replay_buffer", "rollout_manager", "episode_statistics", "metrics"):
-        assert placed.get(name) == head, (name, placed)
-    workers = [actor.node_id for actor in actors if actor.class_name == "RolloutWorker"]
-    assert workers and set(workers) == rollout_nodes
-
-    # every fragment crossed to the store through Ray and is accounted for
-    accounting = re.search(r"craftrl:   fragments: (.*)", result.stdout).group(1)
-    assert re.search(r"unaccounted 0\b", accounting), accounting
-    sent = int(re.search(r"sent (\d+)", accounting).group(1))
-    (run_dir,) = runs.iterdir()
-    assert last_metrics(runs)["train/iteration"] == 6.0
-    assert last_metrics(runs, having="rollout/workers_given_up")["rollout/workers_given_up"] == 0.0
-    assert 0 < last_metrics(runs, having="replay/remote_fragments_written")["replay/remote_fragments_written"] <= sent
-
-    # the driver's disk has the run's outputs; the rollout nodes' view of the run root stayed empty
-    assert (run_dir / "checkpoints" / "iter_00000006").is_dir() and any((run_dir / "tensorboard").iterdir())
-    assert list((run_dir / "videos").glob("*.mp4")), _files_under(run_dir)
-    for node in nodes:
-        assert _files_under(node.view) == [], node.view
-
-
 def _wait_for(what: str, condition, timeout: float = 180.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
@@ -180,32 +131,43 @@ def _wait_for(what: str, condition, timeout: float = 180.0) -> None:
         time.sleep(1.0)
 
 
-def test_a_dead_rollout_node_loses_its_slot_until_a_node_joins_and_the_fragments_it_held_are_counted(tmp_path):
+def test_rollout_nodes_without_the_drivers_disk_train_through_the_object_store_and_outlive_one_of_them(tmp_path):
+    """The learner on the head, rollout workers on two rollout nodes that cannot see the run directory: they
+    train through Ray's object store. Then one rollout node dies: its worker's slot waits for a node while the
+    run trains on with the other, a node that joins takes the slot back, and the fragments the dead node held are
+    counted. The driver's disk has the run's outputs; the rollout nodes' view of the run root stays empty."""
+    from ray.util.state import list_actors
+
     reason = mount_namespaces_work()
     if reason:
         pytest.skip(reason)
     runs, log = tmp_path / "runs", tmp_path / "placement.jsonl"
-    config = write_cluster_config(tmp_path / "cluster_config.py", log, iterations=100_000)
+    config = write_cluster_config(tmp_path / "cluster_config.py", log, iterations=100_000, video_interval=2)
     cluster, nodes = _head_and_two_rollout_nodes(runs, tmp_path)
     stdout, stderr = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
     process = None
     try:
-        _wait_for_nodes(cluster.address, 3, nodes)
+        head = cluster.head_node.node_id
+        rollout_nodes = _wait_for_nodes(cluster.address, 3, nodes) - {head}
         with open(stdout, "w") as out, open(stderr, "w") as err:
             process = subprocess.Popen(
                 [sys.executable, "-m", "craftrl.cli.main", "train", str(config), f"output_root={runs}",
                  "--address", cluster.address], stdout=out, stderr=err,
                 env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
         _wait_for("2 iterations", lambda: last_metrics(runs).get("train/iteration", 0) >= 2)
+        _wait_for("a rollout worker on each rollout node", lambda: {
+            record["node"] for record in _placements(log) if "rollout_node" in record["resources"]} == rollout_nodes)
+        actors = list_actors(address=cluster.address, detail=True, limit=1000, raise_on_missing_output=False)
+        placements = _placements(log)
         nodes[1].crash()
         _wait_for("the lost worker's slot waiting for a node",
                   lambda: last_metrics(runs).get("rollout/workers_waiting_for_node") == 1.0)
         before = last_metrics(runs)["train/iteration"]
         _wait_for("training on with the other node", lambda: last_metrics(runs)["train/iteration"] >= before + 2)
         nodes.append(RolloutNode(cluster.address, {"rollout_node": 1}, runs, tmp_path / "view-c", range(23000, 23200)))
-        joined = _wait_for_nodes(cluster.address, 3, nodes[-1:]) - {cluster.head_node.node_id}
+        joined = _wait_for_nodes(cluster.address, 3, nodes[-1:]) - {head}
         _wait_for("the slot back on the new node", lambda: last_metrics(runs).get("rollout/workers_waiting_for_node")
-                  == 0.0 and len({json.loads(line)["node"] for line in log.read_text().splitlines()} & joined) == 2)
+                  == 0.0 and len({record["node"] for record in _placements(log)} & joined) == 2)
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=180)
     finally:
@@ -215,17 +177,39 @@ def test_a_dead_rollout_node_loses_its_slot_until_a_node_joins_and_the_fragments
             node.stop()
         cluster.shutdown()
     assert process.returncode == 130, stderr.read_text()[-4000:]
+
+    # before the crash: rollout workers on the two rollout nodes, everything else on the driver's (head) node
+    assert [r["node"] for r in placements if "learner_node" in r["resources"]] == [head]
+    placed = {actor.name: actor.node_id for actor in actors if actor.name}
+    for name in ("replay_buffer", "rollout_manager", "episode_statistics", "metrics"):
+        assert placed.get(name) == head, (name, placed)
+    workers = [actor.node_id for actor in actors if actor.class_name == "RolloutWorker"]
+    assert workers and set(workers) == rollout_nodes
+
     # an iteration whose record waited in vain for the rollout manager's answer is logged without its keys
     metrics = last_metrics(runs, having="rollout/workers_given_up")
     # recreated once, or twice when the first replacement was placed on the dead node before Ray knew it was dead
     assert metrics["rollout/workers_given_up"] == 0.0 and metrics["rollout/workers_recreated"] in (1.0, 2.0)
+    # every fragment is accounted for, those that crossed to the store through Ray and those the dead node held
     accounting = re.search(r"craftrl:   fragments: (.*)", stdout.read_text()).group(1)
     counts = [int(n) for n in re.search(r"emitted (\d+) = sent (\d+) \+ dropped at stop (\d+) \+ unsent by replaced "
                                         r"workers (\d+) \+ lost with dead nodes (\d+)", accounting).groups()]
     assert counts[0] == sum(counts[1:]) and re.search(r"unaccounted 0\b", accounting), accounting
     assert counts[3] == 0, "the dead node's worker is booked under the node's loss, not as a replaced worker"
+    remote = last_metrics(runs, having="replay/remote_fragments_written")["replay/remote_fragments_written"]
+    assert 0 < remote <= counts[1]
+
+    # the driver's disk has the run's outputs; the rollout nodes' view of the run root stayed empty
+    (run_dir,) = runs.iterdir()
+    assert list((run_dir / "checkpoints").glob("iter_*")) and any((run_dir / "tensorboard").iterdir())
+    assert list((run_dir / "videos").glob("*.mp4")), _files_under(run_dir)
     for node in nodes:
         assert _files_under(node.view) == [], node.view
+
+
+def _placements(log: Path) -> list[dict]:
+    """The placement log's records so far (one per process that built a policy)."""
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
 
 
 def _train(config: Path, runs: Path, address: str, *overrides: str) -> subprocess.CompletedProcess:
