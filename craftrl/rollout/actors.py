@@ -10,7 +10,9 @@ Threads inside a worker actor (``max_concurrency`` lets Ray run its methods besi
 * Ray's method threads handle ``update_weights`` (an offer, never a fetch), ``request_video`` and ``status``.
 
 The manager checks its workers every ``health_interval`` seconds and recreates a dead or broken one
-(counted), handing it the latest weights so it does not act with stale ones. A worker that merely answers
+(counted), handing it the latest weights so it does not act with stale ones. A check asks every worker at once
+and waits for the answers until one deadline, so workers that cannot answer (a dead node's) cost it one timeout
+however many they are. A worker that merely answers
 slowly (a loaded machine) is replaced only after ``MAX_MISSED_STATUS`` unanswered checks in a row. A worker
 slot whose fresh workers break ``MAX_FAILED_STARTS`` times in a row before cutting a single fragment is
 given up (a broken env or policy generator would otherwise be retried forever): its error is reported by
@@ -21,7 +23,9 @@ is not failing to start but waiting to be placed: its slot waits (``rollout/work
 starts it as soon as a node with those resources joins. What workers on a dead node had cut but not sent is counted
 as ``fragments_lost_with_dead_nodes``. Under synchronous sampling the envs of the workers that do run then cut a
 larger share of each iteration (``rollout/fragments_per_env_per_version``), so the learner is never left waiting
-for a worker that is not there; a replaced worker cuts its whole share for the version it starts with.
+for a worker that is not there; a replaced worker cuts its whole share for the version it starts with. The
+manager's status, which every training iteration's record asks for, does not ask the slots waiting for a node or
+given up either: it would only wait out its timeout on them.
 """
 
 from __future__ import annotations
@@ -325,9 +329,10 @@ class RolloutManager:
         import ray
 
         workers, statuses = self._workers_and_statuses()
-        refs = [worker.status.remote() for worker in workers]
-        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
-        for index, ref in enumerate(refs):
+        silent = set(self.waiting_for_node) | set(self.given_up)  # asking them would only wait out the timeout
+        refs = {index: worker.status.remote() for index, worker in enumerate(workers) if index not in silent}
+        ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout) if refs else ([], [])
+        for index, ref in refs.items():
             if ref in ready:
                 try:
                     statuses[index] = ray.get(ref)
@@ -424,6 +429,7 @@ class RolloutManager:
 
         while not self._stop.wait(self.health_interval):
             workers, statuses = self._workers_and_statuses()
+            calls: dict[int, Any] = {}
             for index, worker in enumerate(workers):
                 if index in self.waiting_for_node:
                     started, _ = ray.wait([self.waiting_for_node[index]], timeout=0)
@@ -431,10 +437,18 @@ class RolloutManager:
                         continue  # Ray starts it once a node with its resources joins
                     del self.waiting_for_node[index]
                     logger.warning("rollout worker %d started on a node that joined", index)
-                call = worker.status.remote()
-                try:
-                    status = ray.get(call, timeout=max(10.0, self.health_interval * 5))
-                except ray.exceptions.GetTimeoutError:
+                calls[index] = worker.status.remote()
+            # one deadline for all: workers that cannot answer (a dead node's) cost one timeout, not one each
+            timeout = max(10.0, self.health_interval * 5)
+            answered, _ = ray.wait(list(calls.values()), num_returns=len(calls), timeout=timeout) if calls else ([], [])
+            for index, call in calls.items():
+                worker = workers[index]
+                if call in answered:
+                    try:
+                        status = ray.get(call)
+                    except ray.exceptions.RayActorError as error:
+                        status = {"error": type(error).__name__, "alive": False}
+                else:
                     if index not in self.answered and not self._resources_free():
                         self.waiting_for_node[index] = call
                         logger.warning("rollout worker %d waits for a node: the cluster has no %s free", index,
@@ -444,8 +458,6 @@ class RolloutManager:
                     if self.missed[index] < MAX_MISSED_STATUS:
                         continue  # slow, not dead: keep its last status
                     status = {"error": f"no status answer in {MAX_MISSED_STATUS} checks", "alive": False}
-                except ray.exceptions.RayActorError as error:
-                    status = {"error": type(error).__name__, "alive": False}
                 self.missed[index] = 0
                 if index in self.given_up:
                     continue

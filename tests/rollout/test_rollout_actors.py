@@ -129,6 +129,31 @@ def test_manager_broadcasts_weights_recreates_dead_workers_and_records_video(ray
     ray.kill(statistics)  # named: gone before the next test starts a run's own
 
 
+def test_workers_no_node_can_host_are_found_in_one_check_and_do_not_hold_up_the_managers_status(ray_session, tmp_path):
+    """Three workers that ask for a resource no node has: one health check (one status timeout, not one per
+    worker) finds all three waiting for a node, and the manager's status then does not wait for their answers."""
+    ray = ray_session
+    sink = ray.remote(CollectingSink).remote()
+    config = online(tmp_path, num_rollout_workers=3, resources_per_worker={"no_such_node": 1})
+    env = functools.partial(ScriptedEnv, episode_length=5)
+    manager = ray.remote(max_concurrency=8)(RolloutManager).remote(env, counting_policy_generator, config,
+                                                                   ActorSink(sink), health_interval=0.5)
+    try:
+        assert ray.get(manager.start.remote()) == 3
+        seen: set[float] = set()
+        deadline = time.monotonic() + 60
+        while 3 not in seen and time.monotonic() < deadline:
+            seen.add(ray.get(manager.status.remote(fresh=False))["rollout/workers_waiting_for_node"])
+            time.sleep(0.2)
+        assert seen == {0, 3}, f"the workers were found one check after another: {sorted(seen)}"
+        started = time.monotonic()
+        status = ray.get(manager.status.remote())  # fresh: asks the workers that can answer (none here)
+        assert time.monotonic() - started < 2.5, "the status waited out its 5-s timeout on the waiting workers"
+        assert status["rollout/workers_waiting_for_node"] == 3
+    finally:
+        ray.get(manager.shutdown.remote())
+
+
 class SlowToStart:
     def __init__(self, seconds: float):
         time.sleep(seconds)
