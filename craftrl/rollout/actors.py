@@ -288,10 +288,13 @@ class RolloutManager:
             worker.update_weights.remote(version, refs)
 
     def request_video(self, iteration: int, version: int) -> None:
+        """Ask one running worker, in turn by iteration, to record its next episode (a slot waiting for a node or
+        given up would record it late or never)."""
         with self._lock:
-            worker = self.workers[iteration % len(self.workers)] if self.workers else None
-        if worker is not None:
-            worker.request_video.remote({"iteration": iteration, "version": version})
+            running = [worker for index, worker in enumerate(self.workers)
+                       if index not in self.waiting_for_node and index not in self.given_up]
+        if running:
+            running[iteration % len(running)].request_video.remote({"iteration": iteration, "version": version})
 
     def status(self, fresh: bool = True) -> dict[str, Any]:
         """Rollout totals; ``fresh`` asks the workers now (a slow one contributes its last known status)."""

@@ -129,12 +129,13 @@ def test_manager_broadcasts_weights_recreates_dead_workers_and_records_video(ray
     ray.kill(statistics)  # named: gone before the next test starts a run's own
 
 
-def test_workers_no_node_can_host_are_found_in_one_check_and_do_not_hold_up_the_managers_status(ray_session, tmp_path):
-    """Three workers that ask for a resource no node has: one health check (one status timeout, not one per
-    worker) finds all three waiting for a node, and the manager's status then does not wait for their answers."""
+def test_workers_no_node_can_host_are_found_in_one_check_and_hold_up_neither_status_nor_videos(ray_session, tmp_path):
+    """Three workers of 3 CPUs on Ray's 4: one runs, and one health check (one status timeout, not one per worker)
+    finds the other two waiting for a node. The manager's status then does not wait for their answers, and a
+    video requested in their turn is recorded by the worker that runs."""
     ray = ray_session
     sink = ray.remote(CollectingSink).remote()
-    config = online(tmp_path, num_rollout_workers=3, resources_per_worker={"no_such_node": 1})
+    config = online(tmp_path, num_rollout_workers=3, num_cpus_per_worker=3)
     env = functools.partial(ScriptedEnv, episode_length=5)
     manager = ray.remote(max_concurrency=8)(RolloutManager).remote(env, counting_policy_generator, config,
                                                                    ActorSink(sink), health_interval=0.5)
@@ -142,14 +143,16 @@ def test_workers_no_node_can_host_are_found_in_one_check_and_do_not_hold_up_the_
         assert ray.get(manager.start.remote()) == 3
         seen: set[float] = set()
         deadline = time.monotonic() + 60
-        while 3 not in seen and time.monotonic() < deadline:
+        while 2 not in seen and time.monotonic() < deadline:
             seen.add(ray.get(manager.status.remote(fresh=False))["rollout/workers_waiting_for_node"])
             time.sleep(0.2)
-        assert seen == {0, 3}, f"the workers were found one check after another: {sorted(seen)}"
+        assert seen == {0, 2}, f"the waiting workers were found one check after another: {sorted(seen)}"
         started = time.monotonic()
-        status = ray.get(manager.status.remote())  # fresh: asks the workers that can answer (none here)
+        status = ray.get(manager.status.remote())  # fresh: asks the worker that runs
         assert time.monotonic() - started < 2.5, "the status waited out its 5-s timeout on the waiting workers"
-        assert status["rollout/workers_waiting_for_node"] == 3
+        assert status["rollout/workers_waiting_for_node"] == 2
+        ray.get(manager.request_video.remote(1, 0))  # slot 1's turn, and slot 1 waits for a node
+        assert wait_until(lambda: list((tmp_path / "videos").glob("iter000001-v0-*.mp4")), timeout=30)
     finally:
         ray.get(manager.shutdown.remote())
 
