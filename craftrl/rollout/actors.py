@@ -12,11 +12,10 @@ Threads inside a worker actor (``max_concurrency`` lets Ray run its methods besi
 The manager checks its workers every ``health_interval`` seconds and recreates a dead or broken one
 (counted), handing it the latest weights so it does not act with stale ones. A check asks every worker at once
 and waits for the answers until one deadline, so workers that cannot answer (a dead node's) cost it one timeout
-however many they are. A worker that merely answers
-slowly (a loaded machine) is replaced only after ``MAX_MISSED_STATUS`` unanswered checks in a row. A worker
-slot whose fresh workers break ``MAX_FAILED_STARTS`` times in a row before cutting a single fragment is
-given up (a broken env or policy generator would otherwise be retried forever): its error is reported by
-``fatal_error`` once no worker is left, and the trainer stops with it.
+however many they are. A worker that merely answers slowly (a loaded machine) is replaced only after
+``MAX_MISSED_STATUS`` unanswered checks in a row. A worker slot whose fresh workers break ``MAX_FAILED_STARTS``
+times in a row before cutting a single fragment is given up (a broken env or policy generator would otherwise be
+retried forever): its error is reported by ``fatal_error`` once no worker is left, and the trainer stops with it.
 
 A new worker that has not answered yet while the cluster has nothing free of what it asks for (its node died, say)
 is not failing to start but waiting to be placed: its slot waits (``rollout/workers_waiting_for_node``) and Ray
@@ -444,6 +443,7 @@ class RolloutManager:
             # one deadline for all: workers that cannot answer (a dead node's) cost one timeout, not one each
             timeout = max(10.0, self.health_interval * 5)
             answered, _ = ray.wait(list(calls.values()), num_returns=len(calls), timeout=timeout) if calls else ([], [])
+            newly_waiting: dict[int, Any] = {}  # recorded at once, so the status never shows half a check's
             for index, call in calls.items():
                 worker = workers[index]
                 if call in answered:
@@ -453,7 +453,7 @@ class RolloutManager:
                         status = {"error": type(error).__name__, "alive": False}
                 else:
                     if index not in self.answered and not self._resources_free():
-                        self.waiting_for_node[index] = call
+                        newly_waiting[index] = call
                         logger.warning("rollout worker %d waits for a node: the cluster has no %s free", index,
                                        self._worker_resources())
                         continue
@@ -480,6 +480,7 @@ class RolloutManager:
                     continue
                 statuses[index] = status
                 self.answered.add(index)
+            self.waiting_for_node.update(newly_waiting)
             self.last_status = statuses
             self._share_iterations()
 
