@@ -268,7 +268,8 @@ def wall_time_split(run_dir: Path) -> dict[str, float]:
         later = timed[1:]  # the first record's times fall before the span starts
         parts = {"learner: computing (evaluation, GAE, epochs)": sum(r["time/compute_s"] for r in later),
                  "learner: waiting for data": sum(r.get("time/wait_data_s", 0.0) for r in later),
-                 "learner: weight broadcast": sum(r.get("time/broadcast_s", 0.0) for r in later)}
+                 "learner: weight broadcast": sum(r.get("time/broadcast_s", 0.0) for r in later),
+                 "learner: waiting for statistics": sum(r.get("time/statistics_s", 0.0) for r in later)}
         learner = {name: seconds / span for name, seconds in parts.items()} if span > 0 else {}
         if learner:
             learner["learner: other (metrics, checkpoints)"] = max(0.0, 1.0 - sum(learner.values()))

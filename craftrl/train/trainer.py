@@ -191,6 +191,7 @@ class _Run:
             calls["episode statistics"] = self.statistics.summary.remote()
         calls["replay store"] = self.replay.metrics.remote()
         episodes = self.statistics.take_records.remote() if self.statistics is not None else None
+        asked = time.monotonic()
         extra, missing = collect_statistics(calls, timeout_s=STATISTICS_TIMEOUT_S)
         for name, reason in missing.items():  # statistics are nice to have; training goes on
             logger.warning("iteration %d is logged without the %s's statistics: %s",
@@ -201,6 +202,7 @@ class _Run:
                 self.metrics.log_episodes(records, step=self.state.trained_samples)
         except Exception as error:
             logger.warning("collecting finished episodes failed: %s", error)
+        extra["time/statistics_s"] = time.monotonic() - asked  # the learner waits for them every iteration
         if "rollout/env_steps" in extra:
             self.state.env_steps = self.env_steps_before + int(extra["rollout/env_steps"])
             extra["rollout/env_steps"] = float(self.state.env_steps)

@@ -58,8 +58,9 @@ def test_results_name_each_runs_machine_and_average_the_cpu_split(tmp_path):
 
 def test_wall_time_split_reads_the_rollout_timers_and_sums_the_learner_times(tmp_path):
     run = make_run(tmp_path / "timed", [(10, 0.0)], None, None)
-    records = [{"time": LAUNCH + 10 * i, "time/compute_s": 6.0, "time/wait_data_s": 3.0, "time/broadcast_s": 0.5}
-               for i in range(1, 6)]  # 40 s from the first to the last iteration, 4 iterations inside it
+    # 40 s from the first to the last iteration, 4 iterations inside it
+    records = [{"time": LAUNCH + 10 * i, "time/compute_s": 6.0, "time/wait_data_s": 3.0, "time/broadcast_s": 0.5,
+                "time/statistics_s": 0.25} for i in range(1, 6)]
     records[-1].update({"rollout/loop_s": 200.0, "rollout/inference_s": 80.0, "rollout/env_wait_s": 60.0,
                         "rollout/emit_wait_s": 20.0, "rollout/weights_wait_s": 30.0})
     with (run / "metrics.jsonl").open("a") as metrics:
@@ -71,7 +72,9 @@ def test_wall_time_split_reads_the_rollout_timers_and_sums_the_learner_times(tmp
     assert split["rollout: fragment cutting, sends (transport)"] == pytest.approx(0.05)
     assert split["learner: computing (evaluation, GAE, epochs)"] == 24.0 / 40.0
     assert split["learner: waiting for data"] == 12.0 / 40.0
-    assert split["learner: other (metrics, checkpoints)"] == pytest.approx(1.0 - 38.0 / 40.0)  # 24 + 12 + 2 s of broadcasts
+    assert split["learner: waiting for statistics"] == 1.0 / 40.0
+    # 24 + 12 + 2 s of broadcasts + 1 s of statistics
+    assert split["learner: other (metrics, checkpoints)"] == pytest.approx(1.0 - 39.0 / 40.0)
     old = make_run(tmp_path / "untimed", [(10, 0.0), (20, 1.0)], None, None)
     assert time_to_cows.wall_time_split(old) == {}  # a run from before these metrics: no table, no error
     out = tmp_path / "results.md"
