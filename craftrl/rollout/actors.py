@@ -24,7 +24,7 @@ as ``fragments_lost_with_dead_nodes``. Under synchronous sampling the envs of th
 larger share of each iteration (``rollout/fragments_per_env_per_version``), so the learner is never left waiting
 for a worker that is not there; a replaced worker cuts its whole share for the version it starts with. The
 manager's status, which every training iteration's record asks for, does not ask the slots waiting for a node or
-given up either: it would only wait out its timeout on them.
+given up either, nor a worker that missed the last health check: it would only wait out its timeout on them.
 """
 
 from __future__ import annotations
@@ -331,7 +331,9 @@ class RolloutManager:
         import ray
 
         workers, statuses = self._workers_and_statuses()
-        silent = set(self.waiting_for_node) | set(self.given_up)  # asking them would only wait out the timeout
+        # asking these would only wait out the timeout: slots waiting for a node or given up, and workers that did not
+        # answer the last health check (a hung node's), until they answer one again
+        silent = set(self.waiting_for_node) | set(self.given_up) | {i for i, n in list(self.missed.items()) if n}
         refs = {index: worker.status.remote() for index, worker in enumerate(workers) if index not in silent}
         ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout) if refs else ([], [])
         for index, ref in refs.items():

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+import os
+import signal
 import threading
 import time
 from pathlib import Path
@@ -131,14 +133,16 @@ def test_manager_broadcasts_weights_recreates_dead_workers_and_records_video(ray
 
 def test_workers_no_node_can_host_are_found_in_one_check_and_hold_up_neither_status_nor_videos(ray_session, tmp_path):
     """Three workers of 3 CPUs on Ray's 4: one runs, and one health check (one status timeout, not one per worker)
-    finds the other two waiting for a node. The manager's status then does not wait for their answers, and a
-    video requested in their turn is recorded by the worker that runs."""
+    finds the other two waiting for a node. The manager's status then does not wait for their answers, nor for the
+    running one's once it stops answering, and a video requested in a waiting slot's turn is recorded by the
+    worker that runs."""
     ray = ray_session
     sink = ray.remote(CollectingSink).remote()
     config = online(tmp_path, num_rollout_workers=3, num_cpus_per_worker=3)
     env = functools.partial(ScriptedEnv, episode_length=5)
     manager = ray.remote(max_concurrency=8)(RolloutManager).remote(env, counting_policy_generator, config,
                                                                    ActorSink(sink), health_interval=0.5)
+    stopped = None
     try:
         assert ray.get(manager.start.remote()) == 3
         seen: set[float] = set()
@@ -153,7 +157,21 @@ def test_workers_no_node_can_host_are_found_in_one_check_and_hold_up_neither_sta
         assert status["rollout/workers_waiting_for_node"] == 2
         ray.get(manager.request_video.remote(1, 0))  # slot 1's turn, and slot 1 waits for a node
         assert wait_until(lambda: list((tmp_path / "videos").glob("iter000001-v0-*.mp4")), timeout=30)
+
+        # the running worker stops answering (a hung node): once a health check has missed it (10 s), the status
+        # skips it too, long before it is replaced (after 3 missed checks)
+        running = next(worker for worker in ray.get(manager.worker_handles.remote()) if actor_placed(worker))
+        stopped = ray.get(running.__ray_call__.remote(lambda actor: os.getpid()))
+        os.kill(stopped, signal.SIGSTOP)
+        deadline, prompt = time.monotonic() + 25, False
+        while not prompt and time.monotonic() < deadline:
+            started = time.monotonic()
+            ray.get(manager.status.remote())
+            prompt = time.monotonic() - started < 2.5
+        assert prompt, "every status waited out its timeout on the worker that stopped answering"
     finally:
+        if stopped:
+            os.kill(stopped, signal.SIGCONT)
         ray.get(manager.shutdown.remote())
 
 
