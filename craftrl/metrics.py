@@ -235,7 +235,7 @@ def collect_statistics(calls: Mapping[str, Any], timeout_s: float) -> tuple[dict
     import ray
 
     refs = list(calls.values())
-    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s) if refs else ([], [])
+    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)  # ([], []) for no refs
     collected: dict[str, float] = {}
     missing: dict[str, str] = {}
     for name, ref in calls.items():

@@ -290,8 +290,8 @@ class RolloutManager:
         """Ask one running worker, in turn by iteration, to record its next episode (a slot waiting for a node or
         given up would record it late or never)."""
         with self._lock:
-            running = [worker for index, worker in enumerate(self.workers)
-                       if index not in self.waiting_for_node and index not in self.given_up]
+            absent = self._absent_slots()
+            running = [worker for index, worker in enumerate(self.workers) if index not in absent]
         if running:
             running[iteration % len(running)].request_video.remote({"iteration": iteration, "version": version})
 
@@ -333,9 +333,9 @@ class RolloutManager:
         workers, statuses = self._workers_and_statuses()
         # asking these would only wait out the timeout: slots waiting for a node or given up, and workers that did not
         # answer the last health check (a hung node's), until they answer one again
-        silent = set(self.waiting_for_node) | set(self.given_up) | {i for i, n in list(self.missed.items()) if n}
+        silent = self._absent_slots() | {i for i, n in list(self.missed.items()) if n}
         refs = {index: worker.status.remote() for index, worker in enumerate(workers) if index not in silent}
-        ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout) if refs else ([], [])
+        ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout)
         for index, ref in refs.items():
             if ref in ready:
                 try:
@@ -343,6 +343,10 @@ class RolloutManager:
                 except ray.exceptions.RayActorError:
                     pass  # the health thread replaces it
         self.last_status = statuses
+
+    def _absent_slots(self) -> set[int]:
+        """Slots without a running worker: waiting for a node, or given up."""
+        return set(self.waiting_for_node) | set(self.given_up)
 
     def _workers_and_statuses(self) -> tuple[list[Any], list[dict[str, Any]]]:
         """The current workers and their last known statuses, one entry per worker ({} when none yet)."""
@@ -379,7 +383,7 @@ class RolloutManager:
         workers, statuses = self._workers_and_statuses()
         # Slots given up on were retired (counted) already; their dead workers have nothing left to say, and a
         # worker still waiting for a node never started.
-        gone = set(self.given_up) | set(self.waiting_for_node)
+        gone = self._absent_slots()
         for index in self.waiting_for_node:
             ray.kill(workers[index], no_restart=True)  # so it does not start when a node joins after the run
         workers = [w for i, w in enumerate(workers) if i not in gone]
@@ -444,7 +448,7 @@ class RolloutManager:
                 calls[index] = worker.status.remote()
             # one deadline for all: workers that cannot answer (a dead node's) cost one timeout, not one each
             timeout = max(10.0, self.health_interval * 5)
-            answered, _ = ray.wait(list(calls.values()), num_returns=len(calls), timeout=timeout) if calls else ([], [])
+            answered, _ = ray.wait(list(calls.values()), num_returns=len(calls), timeout=timeout)
             newly_waiting: dict[int, Any] = {}  # recorded at once, so the status never shows half a check's
             for index, call in calls.items():
                 worker = workers[index]
