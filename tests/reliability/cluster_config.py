@@ -1,8 +1,8 @@
 """The config module the cluster tests run: rollout workers on ``rollout_node`` nodes, the learner on a
 ``learner_node`` node, and every process that builds a policy writes down its node and the resources Ray gave it
 (one JSON line in ``placement_log``), which is how a test sees where things ran. Also what the cluster tests read
-back (the run's last metrics record) and whether this machine lets a simulated node have a disk view of its own
-(a mount namespace), which the tests without a shared disk need."""
+back (those lines, the run's last metrics record) and whether this machine lets a simulated node have a disk view
+of its own (a mount namespace), which the tests without a shared disk need."""
 from __future__ import annotations
 
 import json
@@ -71,6 +71,11 @@ def mount_namespaces_work() -> str | None:
     probe = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
                             "mount --bind /tmp /mnt && umount /mnt"], capture_output=True, text=True)
     return None if probe.returncode == 0 else f"mount namespaces refused here: {probe.stderr.strip()[:120]}"
+
+
+def placements(placement_log: Path) -> list[dict]:
+    """The placement log's records so far, one per process that built a policy ([] before the first)."""
+    return [json.loads(line) for line in placement_log.read_text().splitlines()] if placement_log.exists() else []
 
 
 def last_metrics(run_root: Path, having: str | None = None) -> dict:

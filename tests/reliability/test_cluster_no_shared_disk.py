@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from cluster_config import last_metrics, mount_namespaces_work, write_cluster_config
+from cluster_config import last_metrics, mount_namespaces_work, placements, write_cluster_config
 
 pytestmark = pytest.mark.ray
 
@@ -156,9 +156,9 @@ def test_rollout_nodes_without_the_drivers_disk_train_through_the_object_store_a
                 env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
         _wait_for("2 iterations", lambda: last_metrics(runs).get("train/iteration", 0) >= 2)
         _wait_for("a rollout worker on each rollout node", lambda: {
-            record["node"] for record in _placements(log) if "rollout_node" in record["resources"]} == rollout_nodes)
+            record["node"] for record in placements(log) if "rollout_node" in record["resources"]} == rollout_nodes)
         actors = list_actors(address=cluster.address, detail=True, limit=1000, raise_on_missing_output=False)
-        placements = _placements(log)
+        before_crash = placements(log)
         nodes[1].crash()
         _wait_for("the lost worker's slot waiting for a node",
                   lambda: last_metrics(runs).get("rollout/workers_waiting_for_node") == 1.0)
@@ -167,7 +167,7 @@ def test_rollout_nodes_without_the_drivers_disk_train_through_the_object_store_a
         nodes.append(RolloutNode(cluster.address, {"rollout_node": 1}, runs, tmp_path / "view-c", range(23000, 23200)))
         joined = _wait_for_nodes(cluster.address, 3, nodes[-1:]) - {head}
         _wait_for("the slot back on the new node", lambda: last_metrics(runs).get("rollout/workers_waiting_for_node")
-                  == 0.0 and len({record["node"] for record in _placements(log)} & joined) == 2)
+                  == 0.0 and len({record["node"] for record in placements(log)} & joined) == 2)
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=180)
     finally:
@@ -179,7 +179,7 @@ def test_rollout_nodes_without_the_drivers_disk_train_through_the_object_store_a
     assert process.returncode == 130, stderr.read_text()[-4000:]
 
     # before the crash: rollout workers on the two rollout nodes, everything else on the driver's (head) node
-    assert [r["node"] for r in placements if "learner_node" in r["resources"]] == [head]
+    assert [r["node"] for r in before_crash if "learner_node" in r["resources"]] == [head]
     placed = {actor.name: actor.node_id for actor in actors if actor.name}
     for name in ("replay_buffer", "rollout_manager", "episode_statistics", "metrics"):
         assert placed.get(name) == head, (name, placed)
@@ -207,11 +207,6 @@ def test_rollout_nodes_without_the_drivers_disk_train_through_the_object_store_a
     assert list((run_dir / "videos").glob("*.mp4")), _files_under(run_dir)
     for node in nodes:
         assert _files_under(node.view) == [], node.view
-
-
-def _placements(log: Path) -> list[dict]:
-    """The placement log's records so far (one per process that built a policy)."""
-    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
 
 
 def _train(config: Path, runs: Path, address: str, *overrides: str) -> subprocess.CompletedProcess:
@@ -251,7 +246,7 @@ def test_ddp_across_two_nodes_one_without_the_store_trains_checkpoints_and_resum
     assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-4000:]
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-4000:]
 
-    records = [json.loads(line) for line in log.read_text().splitlines()]
+    records = placements(log)
     ranks = {r["rank"]: r["node"] for r in records if "learner_node" in r["resources"]}
     assert set(ranks.values()) == {head, other} and set(ranks) == {0, 1}, records
     readers = {actor.node_id for actor in actors if actor.class_name == "ChunkReader"}

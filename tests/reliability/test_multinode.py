@@ -7,14 +7,13 @@ sees where things ran.
 """
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from cluster_config import last_metrics, mount_namespaces_work, write_cluster_config
+from cluster_config import last_metrics, mount_namespaces_work, placements, write_cluster_config
 
 pytestmark = pytest.mark.ray
 
@@ -41,7 +40,7 @@ def test_rollout_workers_and_learner_run_on_the_nodes_the_config_names(tmp_path:
     finally:
         cluster.shutdown()
     assert result.returncode == 0, result.stderr[-4000:]
-    records = [json.loads(line) for line in log.read_text().splitlines()]
+    records = placements(log)
     rollout = [r for r in records if "rollout_node" in r["resources"]]
     learner = [r for r in records if "learner_node" in r["resources"]]
     assert len(rollout) == 2 and {r["node"] for r in rollout} == {rollout_node.node_id}
