@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
 import math
 import statistics
 import sys
@@ -23,6 +22,7 @@ from pathlib import Path
 from craftrl.metrics import read_jsonl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine import describe_machine  # noqa: E402
 from time_to_cows import run_once  # noqa: E402  (bench scripts are run as files, not as a package)
 
 TARGET = 475.0
@@ -66,7 +66,7 @@ def main() -> None:
     if args.write_results:
         text = ["## CartPole to a mean return of 475 (`bench/cartpole_steps.py`, P5)", "",
                 f"`python bench/cartpole_steps.py {' '.join(sys.argv[1:])}`, {datetime.date.today().isoformat()}, "
-                f"{os.cpu_count()} cores. `examples/cartpole.py` through `craftrl train` (Ray, env processes, LMDB "
+                f"{describe_machine()}. `examples/cartpole.py` through `craftrl train` (Ray, env processes, LMDB "
                 "replay, trainer); env steps are those collected, trained on or not. Target: 475 within 150k steps.",
                 "", "| seed | env steps to 475 | seconds from launch | best mean return |", "|---|---:|---:|---:|",
                 *rows, "", f"Median: {median:.0f} env steps."]

@@ -16,13 +16,16 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import platform
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
 from craftrl.envs import EnvPool, env_generator, make
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine import describe_machine  # noqa: E402  (bench scripts share helpers by plain import)
 
 RESULTS = Path(__file__).resolve().parent / "results" / "env_throughput.md"
 NUM_ACTIONS = 17
@@ -103,7 +106,7 @@ def main() -> None:
     lines = [
         "## Env throughput (`bench/env_throughput.py`)",
         "",
-        f"`{command}`, {datetime.date.today().isoformat()}, {os.cpu_count()} cores ({platform.processor() or platform.machine()}),"
+        f"`{command}`, {datetime.date.today().isoformat()}, {describe_machine()},"
         " shared with other jobs: repeated runs differed by up to 2×.",
         "",
         f"Task `{args.task}`, uniformly random actions, resets counted in the time, {args.seconds:g} s per row. "

@@ -30,7 +30,7 @@ RESULTS = Path(__file__).resolve().parent / "results" / "policy_inference.md"
 
 
 def _candidates():
-    yield "default config (tile encoder 16/16 + LSTM 128)", default_config.policy_generator, "image", (64, 64, 3)
+    yield "default config's policy (configs/default.py)", default_config.policy_generator, "image", (64, 64, 3)
     yield "default_policy_generator() (Impala CNN + LSTM)", default_policy_generator, "image", (64, 64, 3)
     yield "mlp (CartPole)", lambda: mlp_policy_generator(obs_dim=4, num_actions=2), "vector", (4,)
     try:

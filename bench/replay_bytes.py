@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import os
 import sys
 import tempfile
 import time
@@ -25,12 +24,18 @@ from craftrl.replay.codec import decode_fragment, encode_fragment
 from craftrl.replay.store import FragmentStore, create_store
 from craftrl.rollout.fragment import Fragment
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine import describe_machine  # noqa: E402  (bench scripts share helpers by plain import)
+
 RESULTS = Path(__file__).resolve().parent / "results" / "replay.md"
 
 
 def crafter_frames(steps: int, seed: int) -> np.ndarray:
     import crafter
 
+    from craftrl.envs.crafter import reproducible
+
+    reproducible.install()  # the same frames on every run, so the ratio repeats
     env = crafter.Env(size=(64, 64), seed=seed)
     rng = np.random.default_rng(seed)
     frames = [env.reset()]
@@ -127,7 +132,7 @@ def main(argv: list[str] | None = None) -> float:
         "## P4 replay bytes per env step (crafter 64x64, random actions)",
         "",
         f"- command: `{command.strip()}`",
-        f"- date: {dt.date.today().isoformat()}; cores: {os.cpu_count()} (shared with other jobs: throughput is noisy)",
+        f"- date: {dt.date.today().isoformat()}; machine: {describe_machine()} (shared with other jobs: throughput is noisy)",
         f"- {len(fragments)} fragments x {args.fragment_length} steps; store level in use: "
         f"{args.levels[0]}; MB/s are raw (uncompressed) fragment bytes through encode+put and get+decode, "
         "one process, hot page cache",

@@ -2,9 +2,9 @@
 
 Both sides use the same number of supervised env processes (``EnvPool``) on ``crafter/cows``, in one run,
 alternating raw and rollout windows so that machine noise hits both alike. The rollout side is the real
-``RolloutLoop`` (batched inference of the default recurrent CNN, recurrent state per env, fragment cutting);
-fragments are dropped instead of sent, so what is measured is the sampler, not the replay path. The ratio
-says what the sampler costs on top of the env itself.
+``RolloutLoop`` (batched inference of the default config's policy, recurrent state per env if it has one,
+fragment cutting); fragments are dropped instead of sent, so what is measured is the sampler, not the replay
+path. The ratio says what the sampler costs on top of the env itself.
 
     .venv/bin/python bench/sampler.py [--envs 8] [--batch-size 4] [--envs-per-process 0] [--seconds 10] [--rounds 3]
 
@@ -19,6 +19,7 @@ import argparse
 import datetime
 import os
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -29,6 +30,9 @@ from craftrl.envs import EnvPool, env_generator
 from craftrl.configs import default as default_config
 from craftrl.rollout.testing import CountingPolicy
 from craftrl.rollout.worker import RolloutLoop
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine import describe_machine  # noqa: E402  (bench scripts share helpers by plain import)
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 TASK = "crafter/cows"
@@ -102,7 +106,7 @@ def main() -> None:
         f"`.venv/bin/python bench/sampler.py --envs {args.envs} --batch-size {args.batch_size} "
         f"--envs-per-process {args.envs_per_process} "
         f"--seconds {args.seconds:g} --rounds {args.rounds} --threads {args.threads} --policy {args.policy}`, "
-        f"{datetime.date.today().isoformat()}, {os.cpu_count()} cores, load average {load_before:.1f} at start.",
+        f"{datetime.date.today().isoformat()}, {describe_machine()}, load average {load_before:.1f} at start.",
         "",
         f"Task `{TASK}`, {args.envs} envs in {raw_pool_processes} env processes on both sides, "
         + (f"the default config's policy ({type(policy.encoder).__name__} + {policy.core.kind.upper() if policy.core else 'no'} "

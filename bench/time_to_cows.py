@@ -34,6 +34,9 @@ from typing import Callable
 
 from craftrl.metrics import read_jsonl
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine import describe_machine  # noqa: E402  (bench scripts share helpers by plain import)
+
 COWS = "episodes/cows_killed_mean"
 THRESHOLDS = (1.0, 2.0, 3.0)
 CHECKPOINTS_MIN = (2.5, 3.75, 5.0, 10.0, 15.0, 20.0)
@@ -305,7 +308,7 @@ def write_results(results: list[tuple[Path, dict[str, float]]], command: str, ou
     split = cpu_split_rows([run_dir for run_dir, _ in results])
     wall = wall_split_rows([run_dir for run_dir, _ in results])
     text = ["## Time to cows on the default task (`bench/time_to_cows.py`, P3)", "",
-            f"`{command}`, {datetime.date.today().isoformat()}, {os.cpu_count()} cores. The clock starts at launch "
+            f"`{command}`, {datetime.date.today().isoformat()}, {describe_machine()}. The clock starts at launch "
             "(Ray, env and trainer start-up included); cows per episode is the mean of the last 20 episodes. "
             "Times scale with the machine: compare runs by their raw env steps/s column.", "",
             *rows, "", f"Median time to 3 cows per episode: {fmt(median, ' s')}.",
