@@ -132,7 +132,8 @@ def main(argv: list[str] | None = None) -> float:
         "## P4 replay bytes per env step (crafter 64x64, random actions)",
         "",
         f"- command: `{command.strip()}`",
-        f"- date: {dt.date.today().isoformat()}; machine: {describe_machine()} (shared with other jobs: throughput is noisy)",
+        f"- date: {dt.date.today().isoformat()}; machine: {describe_machine()} "
+        "(shared with other jobs: throughput is noisy)",
         f"- {len(fragments)} fragments x {args.fragment_length} steps; store level in use: "
         f"{args.levels[0]}; MB/s are raw (uncompressed) fragment bytes through encode+put and get+decode, "
         "one process, hot page cache",
