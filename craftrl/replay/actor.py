@@ -175,6 +175,11 @@ class ReplayBufferActor:
         self._delete_released()
         await self._notify()  # stale chunks left: paced writers may go on
 
+    async def retire_writer(self, prefix: str) -> None:
+        """Refuse every later fragment whose env id starts with ``prefix``: a rollout worker the manager replaced
+        without hearing from it (its node cut off), which may still deliver once it reaches the buffer again."""
+        self._policy.retire_writer(prefix)
+
     async def report_corrupt(self, fragment_ids: Sequence[int]) -> int:
         """A reader could not decode these records: drop their chunks. Returns fragments removed."""
         removed = self._policy.remove_fragments(fragment_ids, "corrupt")

@@ -113,6 +113,10 @@ class JournaledPolicy:
         self._append(("remove", fragment_ids, reason))
         return removed
 
+    def retire_writer(self, prefix: str) -> None:
+        self.policy.retire_writer(prefix)
+        self._append(("retire", prefix))
+
     def take_deletable(self) -> list[int]:
         # Which ids are deletable follows from the other calls; replaying takes them again and the store's
         # delete ignores records that are already gone, so this needs no entry of its own.
@@ -158,6 +162,8 @@ class JournaledPolicy:
             self.update_version(entry[1])
         elif kind == "remove":
             self.remove_fragments(entry[1], entry[2])
+        elif kind == "retire":
+            self.retire_writer(entry[1])
         else:
             raise ValueError(f"replay journal: unknown entry {kind!r}")
 

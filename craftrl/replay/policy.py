@@ -13,6 +13,10 @@ Rules (each one tested in tests/replay/test_policy_properties.py):
   each version update, not only the head of the queue (MineStudio's head-only pruning let stale chunks behind a
   fresh head be trained on). Stale fragments are refused on arrival (``stale_on_arrival``), and a repeated or
   backwards ``index`` of an env is refused (``out_of_order``).
+* Fencing: after ``retire_writer(prefix)``, every fragment whose ``env_id`` starts with ``prefix`` is refused
+  (``from_retired_writer``). A rollout worker the manager gave up for dead (its node cut off from the network,
+  say) may still deliver what it held once it reaches the buffer again; its replacement already writes, and
+  the manager has booked that worker's undelivered fragments as lost.
 * Accounting: every fragment ever added is, at any time, in exactly one place: in a chunk, in an open partial
   chunk, or removed for one reason. ``accounting()["unaccounted"]`` is always 0.
 * Deletion on disk is deferred for chunks that were sampled: their records stay readable until
@@ -34,7 +38,7 @@ import numpy as np
 
 from craftrl.replay.config import BufferSettings
 
-REJECT_REASONS = ("stale_on_arrival", "out_of_order", "gap")
+REJECT_REASONS = ("stale_on_arrival", "out_of_order", "gap", "from_retired_writer")
 EVICT_REASONS = ("capacity", "stale", "reuse", "corrupt")
 REMOVAL_REASONS = REJECT_REASONS + EVICT_REASONS
 
@@ -106,6 +110,7 @@ class BufferPolicy:
         self._chunk_of_fragment: dict[int, int] = {}
         self._open: dict[str, list[FragmentMeta]] = {}
         self._last_index: dict[str, int] = {}
+        self._retired_writers: tuple[str, ...] = ()  # env id prefixes of writers refused from now on
         self._next_chunk_id = 0
         self._sample_calls = 0
         self._deletable: list[int] = []
@@ -158,6 +163,9 @@ class BufferPolicy:
         self._window.fragments_added += 1
         report_due = self._added % self.settings.fragments_per_report == 0
         env_id = meta.env_id
+        if self._retired_writers and env_id.startswith(self._retired_writers):
+            self._reject([meta], "from_retired_writer")
+            return report_due
         last = self._last_index.get(env_id)
         if last is not None and meta.index <= last:
             self._reject([meta], "out_of_order")
@@ -178,6 +186,13 @@ class BufferPolicy:
         self._open.pop(env_id, None)
         self._admit(tuple(partial))
         return report_due
+
+    def retire_writer(self, prefix: str) -> None:
+        """Refuse, from now on, every fragment whose ``env_id`` starts with ``prefix`` (see Fencing)."""
+        if not isinstance(prefix, str) or not prefix:
+            raise ValueError(f"retire_writer: expected a non-empty env id prefix, got {prefix!r}")
+        if prefix not in self._retired_writers:
+            self._retired_writers += (prefix,)
 
     def _admit(self, fragments: tuple[FragmentMeta, ...]) -> None:
         while len(self._chunks) >= self.settings.max_chunks:
@@ -293,6 +308,7 @@ class BufferPolicy:
             "replay/trainer_version": self._version,
             "replay/sample_calls": self._sample_calls,
             "replay/chunks_sampled": self._chunks_sampled,
+            "replay/retired_writers": len(self._retired_writers),
             "replay/window_fragments_added": window.fragments_added,
         }
         out.update({f"replay/{name}": value for name, value in self.accounting().items()})

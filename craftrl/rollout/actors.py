@@ -20,11 +20,14 @@ retried forever): its error is reported by ``fatal_error`` once no worker is lef
 A new worker that has not answered yet while the cluster has nothing free of what it asks for (its node died, say)
 is not failing to start but waiting to be placed: its slot waits (``rollout/workers_waiting_for_node``) and Ray
 starts it as soon as a node with those resources joins. What workers on a dead node had cut but not sent is counted
-as ``fragments_lost_with_dead_nodes``. Under synchronous sampling the envs of the workers that do run then cut a
-larger share of each iteration (``rollout/fragments_per_env_per_version``), so the learner is never left waiting
-for a worker that is not there; a replaced worker cuts its whole share for the version it starts with. The
-manager's status, which every training iteration's record asks for, does not ask the slots waiting for a node or
-given up either, nor a worker that missed the last health check: it would only wait out its timeout on them.
+as ``fragments_lost_with_dead_nodes``. Every worker the manager replaces is named anew, and the sink refuses the
+old one's fragments from then on (``retire_writer``): a node cut off from the network is dead to Ray while its
+worker runs on, and delivers what it held when the network comes back. Under synchronous sampling the envs of
+the workers that do run then cut a larger share of each iteration (``rollout/fragments_per_env_per_version``), so
+the learner is never left waiting for a worker that is not there; a replaced worker cuts its whole share for the
+version it starts with. The manager's status, which every training iteration's record asks for, does not ask
+the slots waiting for a node or given up either, nor a worker that missed the last health check: it would only
+wait out its timeout on them.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ from craftrl.config.schema import OnlineConfig
 from craftrl.config.validate import build_config
 from craftrl.rollout.fragment import Fragment
 from craftrl.rollout.video import video_filename, write_mp4_in_background
-from craftrl.rollout.worker import EpisodeRecord, RolloutLoop
+from craftrl.rollout.worker import EpisodeRecord, RolloutLoop, writer_prefix
 from craftrl.rollout.sinks import ReplayBufferSink
 from craftrl.system import (EPISODE_STATISTICS, METRICS, REPLAY_BUFFER, actor_placed, current_node_id, find,
                             restarted_by_ray)
@@ -240,6 +243,7 @@ class RolloutManager:
         self.statistics = find(EPISODE_STATISTICS)
         self.health_interval = health_interval
         self.workers: list[Any] = []
+        self.generation: dict[int, int] = {}  # worker slot -> workers created in it before its current one
         self.recreated = 0
         # (node, fragments cut but not sent) of each worker that died, from its last status; split by whether its
         # node died when the accounting is read, since a node's death reaches Ray's GCS seconds after its actors'
@@ -429,8 +433,14 @@ class RolloutManager:
             num_cpus=rollout.num_cpus_per_worker, num_gpus=rollout.num_gpus_per_worker, max_concurrency=4,
             resources=dict(rollout.resources_per_worker or {}), name=None)
         seed = self.online.seed * 1000 + index + 1000 * self.recreated
-        return actor.remote(f"w{index}", self.env_generator, self.policy_generator, self.config, self.sink,
-                            self.statistics, seed, self.latest_weights, home_node=current_node_id())
+        self.generation[index] = self.generation.get(index, -1) + 1
+        return actor.remote(self._worker_name(index), self.env_generator, self.policy_generator, self.config,
+                            self.sink, self.statistics, seed, self.latest_weights, home_node=current_node_id())
+
+    def _worker_name(self, index: int) -> str:
+        """The name of the slot's current worker: a different one for each worker the slot has had, so the sink
+        can refuse a replaced worker's fragments by their env ids (``writer_prefix``)."""
+        return f"w{index}.{self.generation[index]}"
 
     def _watch(self) -> None:
         import ray
@@ -477,7 +487,7 @@ class RolloutManager:
                         self.given_up[index] = str(status.get("error"))
                         logger.error("rollout worker %d failed %d times in a row before producing anything; giving "
                                      "up on it: %s", index, MAX_FAILED_STARTS, status.get("error"))
-                        self._retire(worker, status if "fragments_emitted" in status else statuses[index])
+                        self._retire(index, worker, status if "fragments_emitted" in status else statuses[index])
                         statuses[index] = {}
                         continue
                     logger.warning("rollout worker %d is broken (%s); recreating it", index, status.get("error"))
@@ -515,7 +525,7 @@ class RolloutManager:
         its final counters are exact. Only a dead one is counted from its last status, and what it had cut
         but not sent then is booked in ``unsent_by_dead_workers``.
         """
-        self._retire(worker, last_status)
+        self._retire(index, worker, last_status)
         self.answered.discard(index)
         with self._lock:
             self.recreated += 1
@@ -542,8 +552,12 @@ class RolloutManager:
 
         return {node["NodeID"] for node in ray.nodes() if node["Alive"]}
 
-    def _retire(self, worker: Any, last_status: dict[str, Any]) -> None:
-        """Stop (or count from ``last_status`` when it is dead) and kill ``worker``, adding its counters to the run's."""
+    def _retire(self, index: int, worker: Any, last_status: dict[str, Any]) -> None:
+        """Stop (or count from ``last_status`` when it is dead) and kill slot ``index``'s ``worker``, adding its
+        counters to the run's, then have the sink refuse whatever it still sends. A worker on a node cut off from
+        the network is dead to Ray, but runs on and delivers what it held once the network is back (until its
+        node learns it was given up and stops, seconds later), beside its replacement; what it had not sent at
+        its last status is booked as lost already."""
         import ray
 
         try:
@@ -557,6 +571,11 @@ class RolloutManager:
             ray.kill(worker, no_restart=True)
         except Exception:
             pass
+        try:
+            self.sink.retire_writer(writer_prefix(self._worker_name(index)))
+        except Exception as error:
+            logger.warning("rollout worker %d: the sink could not be told to refuse its fragments from now on: %s",
+                           index, error)
         with self._lock:
             for key in CUMULATIVE_KEYS:
                 self.retired[key] += float(final.get(key, 0.0))

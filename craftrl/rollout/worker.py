@@ -160,6 +160,12 @@ def action_rows(action: Any, count: int) -> list[Any]:
     return [array[i] for i in range(count)]
 
 
+def writer_prefix(worker_name: str) -> str:
+    """What the env id of every fragment a worker of this name cuts starts with, and no other worker's does (the
+    manager names each worker it creates differently): ``<worker_name>.<incarnation>/env<i>``."""
+    return f"{worker_name}."
+
+
 class RolloutLoop:
     """Steps ``num_envs`` env processes with a policy, cutting fragments of ``fragment_length`` steps."""
 
@@ -200,7 +206,7 @@ class RolloutLoop:
         self.pool = EnvPool(env_generator, num_envs, step_timeout_s=step_timeout, reset_timeout_s=reset_timeout,
                             restart_interval_s=restart_interval, envs_per_process=self.envs_per_process)
         self.tracks = [
-            _EnvTrack(FragmentCutter(f"{worker_name}.{incarnation}/env{i}", fragment_length),
+            _EnvTrack(FragmentCutter(f"{writer_prefix(worker_name)}{incarnation}/env{i}", fragment_length),
                       policy.initial_state(1))
             for i in range(num_envs)
         ]

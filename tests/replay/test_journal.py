@@ -28,6 +28,8 @@ def apply(policy, operation, next_index: Counter, counter: list[int]):
         return policy.sample(min(operation[1], _settings(policy).max_chunks))
     if kind == "version":
         return policy.update_version(_version(policy) + operation[1])
+    if kind == "retire":
+        return policy.retire_writer(operation[1])
     return policy.remove_fragments([operation[1] % max(counter[0], 1)], "corrupt")
 
 

@@ -1,4 +1,5 @@
-"""Property tests: random interleavings of add / sample / version bumps / corrupt reports against the rules."""
+"""Property tests: random interleavings of add / sample / version bumps / corrupt reports / retired writers against
+the rules."""
 from __future__ import annotations
 
 from collections import Counter
@@ -24,9 +25,11 @@ add_op = st.tuples(st.just("add"), st.sampled_from("abc"), st.sampled_from([1, 1
 sample_op = st.tuples(st.just("sample"), st.sampled_from([1, 1, 2, 3]))
 version_op = st.tuples(st.just("version"), st.sampled_from([0, 1, 1, 2]))
 corrupt_op = st.tuples(st.just("corrupt"), st.integers(0, 10**6))
-# Weighted so that buffers fill, samples succeed and chunks age: 8 adds : 4 samples : 2 bumps : 1 corruption.
-op_kinds = {"add": add_op, "sample": sample_op, "version": version_op, "corrupt": corrupt_op}
-weighted_kinds = st.sampled_from(["add"] * 8 + ["sample"] * 4 + ["version"] * 2 + ["corrupt"])
+retire_op = st.tuples(st.just("retire"), st.sampled_from("abcd"))  # env ids are their own writer prefixes; d is unused
+# Weighted so that buffers fill, samples succeed and chunks age: 16 adds : 8 samples : 4 bumps : 2 corruptions : 1
+# retired writer.
+op_kinds = {"add": add_op, "sample": sample_op, "version": version_op, "corrupt": corrupt_op, "retire": retire_op}
+weighted_kinds = st.sampled_from(["add"] * 16 + ["sample"] * 8 + ["version"] * 4 + ["corrupt"] * 2 + ["retire"])
 ops = st.lists(weighted_kinds.flatmap(op_kinds.__getitem__), min_size=30, max_size=150)
 
 
@@ -42,6 +45,7 @@ def run(limit_values: dict, operations: list) -> list:
     sample_history: list[list] = []  # descriptors of each successful sample call
     deleted: set[int] = set()
     samples = []
+    retired: set[str] = set()
     for op in operations:
         before = policy.chunk_ids()
         if op[0] == "add":
@@ -49,10 +53,18 @@ def run(limit_values: dict, operations: list) -> list:
             next_index[env] += step
             fragment_id = len(added_ids)
             added_ids.append(fragment_id)
+            refused_before = policy.accounting()["removed_from_retired_writer"]
             policy.add(FragmentMeta(fragment_id, env, next_index[env], policy.version - lag))
             after = policy.chunk_ids()
             evicted = [c for c in before if c not in after]
             assert evicted == before[: len(evicted)], "capacity eviction must take the oldest chunks first"
+            refused = policy.accounting()["removed_from_retired_writer"] - refused_before
+            assert refused == (env in retired), "a retired writer's fragments, and only theirs, are refused"
+            assert not refused or after == before
+        elif op[0] == "retire":
+            policy.retire_writer(op[1])
+            retired.add(op[1])
+            assert policy.chunk_ids() == before, "retiring a writer keeps what it delivered before"
         elif op[0] == "sample":
             n = min(op[1], max_chunks)
             fresh = policy.fresh_chunk_count()

@@ -25,17 +25,25 @@ pytestmark = pytest.mark.ray
 
 
 class CollectingSink:
-    """A fragment sink that can be told to stall, to exercise backpressure."""
+    """A fragment sink that can be told to stall, to exercise backpressure; it refuses retired writers' fragments."""
 
     def __init__(self):
         self.fragments = []
+        self.retired: list[str] = []
         self.open = threading.Event()
         self.open.set()
 
     def add_fragment(self, fragment):
         self.open.wait()
-        self.fragments.append(fragment)
+        if not any(fragment.env_id.startswith(prefix) for prefix in self.retired):
+            self.fragments.append(fragment)
         return len(self.fragments)
+
+    def retire_writer(self, prefix):
+        self.retired.append(prefix)
+
+    def retired_writers(self):
+        return list(self.retired)
 
     def set_open(self, value: bool):
         (self.open.set if value else self.open.clear)()
@@ -109,6 +117,7 @@ def test_manager_broadcasts_weights_recreates_dead_workers_and_records_video(ray
     victim = ray.get(manager.worker_handles.remote())[0]
     ray.kill(victim, no_restart=True)
     wait_until(lambda: ray.get(manager.status.remote())["rollout/workers_recreated"] >= 1)
+    assert ray.get(sink.retired_writers.remote()) == ["w0.0."], "the sink refuses the replaced worker from now on"
     before = len(ray.get(sink.summary.remote()))
     wait_until(lambda: len(ray.get(sink.summary.remote())) >= before + 6)
     recent = ray.get(sink.summary.remote())[before:]
