@@ -73,6 +73,16 @@ def mount_namespaces_work() -> str | None:
     return None if probe.returncode == 0 else f"mount namespaces refused here: {probe.stderr.strip()[:120]}"
 
 
+def network_namespaces_work() -> str | None:
+    """None when this process may give a child a network namespace of its own and cable it to this one (a veth
+    pair), else why not."""
+    if shutil.which("ip") is None:
+        return "no ip command"
+    probe = subprocess.run(["unshare", "--net", "sh", "-c", "ip link add probe0 type veth peer name probe1"],
+                           capture_output=True, text=True)
+    return None if probe.returncode == 0 else f"network namespaces refused here: {probe.stderr.strip()[:120]}"
+
+
 def placements(placement_log: Path) -> list[dict]:
     """The placement log's records so far, one per process that built a policy ([] before the first)."""
     return [json.loads(line) for line in placement_log.read_text().splitlines()] if placement_log.exists() else []

@@ -20,15 +20,18 @@ import time
 from pathlib import Path
 
 import pytest
-from cluster_config import last_metrics, mount_namespaces_work, placements, write_cluster_config
+from cluster_config import (last_metrics, mount_namespaces_work, network_namespaces_work, placements,
+                            write_cluster_config)
 
 pytestmark = pytest.mark.ray
 
 
 class RolloutNode:
-    """A Ray node in its own mount namespace: it sees ``view`` (empty at start) where the driver sees ``hidden``."""
+    """A Ray node in its own mount namespace: it sees ``view`` (empty at start) where the driver sees ``hidden``.
+    With ``link``, also in a network namespace of its own, reaching the cluster only through that link."""
 
-    def __init__(self, address: str, resources: dict[str, float], hidden: Path, view: Path, worker_ports: range):
+    def __init__(self, address: str, resources: dict[str, float], hidden: Path, view: Path, worker_ports: range,
+                 link: NodeLink | None = None):
         view.mkdir(parents=True)
         ray_cli = Path(sys.executable).with_name("ray")
         # `ray start` binds a few fixed default ports and socket names: a second node on this machine needs its own
@@ -40,11 +43,17 @@ class RolloutNode:
         command = (f"mount --bind {view} {hidden} && exec {ray_cli} start --address={address} --num-cpus=2 "
                    f"--resources='{json.dumps(resources)}' --object-store-memory={256 << 20} {ports} "
                    f"--min-worker-port={worker_ports.start} --max-worker-port={worker_ports.stop - 1} --block")
-        self.view = view
+        namespaces = ["--mount", "--propagation", "private"]
+        if link is not None:
+            command = f"{link.node_side()} && {command} --node-ip-address={link.node_ip}"
+            namespaces.insert(0, "--net")
+        self.view, self.link = view, link
         self.log = view.with_name(view.name + ".log")  # beside the view, which must stay empty
         with open(self.log, "w") as log:
-            self.process = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-c", command],
+            self.process = subprocess.Popen(["unshare", *namespaces, "sh", "-c", command],
                                             start_new_session=True, stdout=log, stderr=subprocess.STDOUT)
+        if link is not None:
+            link.attach(self.process.pid)
 
     def describe(self) -> str:
         """What the node's ``ray start`` and raylet said, for a test that waited for the node in vain."""
@@ -67,6 +76,58 @@ class RolloutNode:
         """Every process of the node dies at once, as when its machine goes down."""
         os.killpg(self.process.pid, signal.SIGKILL)
         self.process.wait(30)
+
+
+class NodeLink:
+    """A virtual cable (a veth pair) between this machine and a node in a network namespace of its own: the node's
+    only way to the cluster. ``cut`` takes this machine's end down, so nothing passes either way while every
+    process of the node runs on, as in a network partition; ``mend`` brings it back up."""
+
+    SUBNET = "10.213.{index}.{host}"
+
+    def __init__(self, index: int):
+        self.host_end = f"crl{os.getpid() % 100_000}n{index}"  # an interface name has at most 15 characters
+        self.host_ip, self.node_ip = self.SUBNET.format(index=index, host=1), self.SUBNET.format(index=index, host=2)
+        self.namespace: str | None = None
+
+    def node_side(self) -> str:
+        """Shell run in the node's namespace before ``ray start``: wait for the cable, address it, route through it."""
+        return (f"until ip link show uplink >/dev/null 2>&1; do sleep 0.1; done; ip link set lo up && "
+                f"ip addr add {self.node_ip}/30 dev uplink && ip link set uplink up && "
+                f"ip route add default via {self.host_ip}")
+
+    def attach(self, pid: int) -> None:
+        """Plug the cable into the network namespace of process ``pid`` once that process has one of its own."""
+        own = os.readlink("/proc/self/ns/net")
+        _wait_for("the node's network namespace", lambda: os.readlink(f"/proc/{pid}/ns/net") != own, timeout=10)
+        self.namespace = os.readlink(f"/proc/{pid}/ns/net")
+        _ip(f"link add {self.host_end} type veth peer name uplink netns {pid}")
+        _ip(f"addr add {self.host_ip}/30 dev {self.host_end}")
+        _ip(f"link set {self.host_end} up")
+
+    def cut(self) -> None:
+        _ip(f"link set {self.host_end} down")
+
+    def mend(self) -> None:
+        _ip(f"link set {self.host_end} up")
+
+    def processes(self) -> list[str]:
+        """``pid command`` of every process still in the node's network namespace."""
+        found = []
+        for proc in Path("/proc").iterdir():
+            try:
+                if proc.name.isdigit() and os.readlink(proc / "ns/net") == self.namespace:
+                    command = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                    found.append(f"{proc.name} {command[:120]}")
+            except OSError:  # it ended while we looked
+                continue
+        return found
+
+
+def _ip(arguments: str) -> None:
+    done = subprocess.run(["ip", *arguments.split()], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"ip {arguments}: {done.stderr.strip()}")
 
 
 _CLAIMED_PORTS: set[int] = set()
@@ -196,6 +257,8 @@ def test_rollout_nodes_without_the_drivers_disk_train_through_the_object_store_a
                                         r"workers (\d+) \+ lost with dead nodes (\d+)", accounting).groups()]
     assert counts[0] == sum(counts[1:]) and re.search(r"unaccounted 0\b", accounting), accounting
     assert counts[3] == 0, "the dead node's worker is booked under the node's loss, not as a replaced worker"
+    retired = last_metrics(runs, having="replay/retired_writers")["replay/retired_writers"]
+    assert retired == metrics["rollout/workers_recreated"], "the buffer refuses each replaced worker from then on"
     # every fragment came through Ray; bounded by what the store registered, not by `sent`, which counts the dead
     # node's worker up to its last status answer only
     remote = last_metrics(runs, having="replay/remote_fragments_written")["replay/remote_fragments_written"]
@@ -205,6 +268,79 @@ def test_rollout_nodes_without_the_drivers_disk_train_through_the_object_store_a
     (run_dir,) = runs.iterdir()
     assert list((run_dir / "checkpoints").glob("iter_*")) and any((run_dir / "tensorboard").iterdir())
     assert list((run_dir / "videos").glob("*.mp4")), _files_under(run_dir)
+    for node in nodes:
+        assert _files_under(node.view) == [], node.view
+
+
+# Ray declares a node dead after 5 unanswered health checks; checked every second with a 2-s deadline, a node cut
+# off is given up within ~15 s instead of the default's ~1 minute
+QUICK_HEALTH_CHECKS = {"health_check_period_ms": 1000, "health_check_timeout_ms": 2000,
+                       "health_check_failure_threshold": 5}
+
+
+def test_a_rollout_node_cut_off_from_the_network_is_given_up_and_leaves_nothing_running_when_it_returns(tmp_path):
+    """Rollout node b loses its network while every process on it runs on (a partition, not a crash). Ray declares
+    it dead, its worker's slot waits for a node and the run trains on with node a. When the network comes back,
+    node b learns it was declared dead and stops with every process it ran (the rollout worker's env processes
+    too), without disturbing the run; the fragments it had cut are accounted for."""
+    from ray.cluster_utils import Cluster
+
+    reason = mount_namespaces_work() or network_namespaces_work()
+    if reason:
+        pytest.skip(reason)
+    runs, log = tmp_path / "runs", tmp_path / "placement.jsonl"
+    runs.mkdir()
+    config = write_cluster_config(tmp_path / "cluster_config.py", log, iterations=100_000)
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 2, "resources": {"learner_node": 1}, "_system_config": QUICK_HEALTH_CHECKS})
+    if cluster.address.startswith("127."):
+        cluster.shutdown()
+        pytest.skip("the head listens on the loopback address only, which a node in its own network cannot reach")
+    link = NodeLink(index=1)
+    nodes = [RolloutNode(cluster.address, {"rollout_node": 1}, runs, tmp_path / "view-a", range(21000, 21200)),
+             RolloutNode(cluster.address, {"rollout_node": 1}, runs, tmp_path / "view-b", range(22000, 22200), link)]
+    stdout, stderr = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
+    process = None
+    try:
+        head = cluster.head_node.node_id
+        rollout_nodes = _wait_for_nodes(cluster.address, 3, nodes) - {head}
+        with open(stdout, "w") as out, open(stderr, "w") as err:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "craftrl.cli.main", "train", str(config), f"output_root={runs}",
+                 "--address", cluster.address], stdout=out, stderr=err,
+                env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
+        _wait_for("a rollout worker on each rollout node and 2 iterations", lambda: {
+            record["node"] for record in placements(log) if "rollout_node" in record["resources"]} == rollout_nodes
+            and last_metrics(runs).get("train/iteration", 0) >= 2)
+        env_processes = [line for line in link.processes() if "spawn_main" in line]
+        link.cut()
+        _wait_for("the cut-off worker's slot waiting for a node",
+                  lambda: last_metrics(runs).get("rollout/workers_waiting_for_node") == 1.0)
+        before = last_metrics(runs)["train/iteration"]
+        _wait_for("training on with node a", lambda: last_metrics(runs)["train/iteration"] >= before + 2)
+        link.mend()
+        _wait_for("node b stopped with everything it ran", lambda: not link.processes(), timeout=90)
+        returned = last_metrics(runs)["train/iteration"]
+        _wait_for("training on after node b came back", lambda: last_metrics(runs)["train/iteration"] >= returned + 2)
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=180)
+    finally:
+        if process is not None and process.poll() is None:
+            process.kill()
+        for node in nodes:
+            node.stop()
+        cluster.shutdown()
+    assert process.returncode == 130, stderr.read_text()[-4000:]
+    assert env_processes, "the worker on node b stepped its envs in env processes, which must go with the node"
+    metrics = last_metrics(runs, having="rollout/workers_given_up")
+    assert metrics["rollout/workers_given_up"] == 0.0 and metrics["rollout/workers_recreated"] in (1.0, 2.0)
+    accounting = re.search(r"craftrl:   fragments: (.*)", stdout.read_text()).group(1)
+    counts = [int(n) for n in re.search(r"emitted (\d+) = sent (\d+) \+ dropped at stop (\d+) \+ unsent by replaced "
+                                        r"workers (\d+) \+ lost with dead nodes (\d+)", accounting).groups()]
+    assert counts[0] == sum(counts[1:]) and re.search(r"unaccounted 0\b", accounting), accounting
+    assert counts[3] == 0, "the cut-off node's worker is booked under the node's loss, not as a replaced worker"
+    retired = last_metrics(runs, having="replay/retired_writers")["replay/retired_writers"]
+    assert retired == metrics["rollout/workers_recreated"], "the buffer refuses each replaced worker from then on"
     for node in nodes:
         assert _files_under(node.view) == [], node.view
 
