@@ -38,6 +38,7 @@ import queue
 import threading
 import time
 import traceback
+import uuid
 from pathlib import Path
 from typing import Any, Callable
 
@@ -243,7 +244,7 @@ class RolloutManager:
         self.statistics = find(EPISODE_STATISTICS)
         self.health_interval = health_interval
         self.workers: list[Any] = []
-        self.generation: dict[int, int] = {}  # worker slot -> workers created in it before its current one
+        self.worker_names: dict[int, str] = {}  # worker slot -> the name of its current worker
         self.recreated = 0
         # (node, fragments cut but not sent) of each worker that died, from its last status; split by whether its
         # node died when the accounting is read, since a node's death reaches Ray's GCS seconds after its actors'
@@ -433,14 +434,11 @@ class RolloutManager:
             num_cpus=rollout.num_cpus_per_worker, num_gpus=rollout.num_gpus_per_worker, max_concurrency=4,
             resources=dict(rollout.resources_per_worker or {}), name=None)
         seed = self.online.seed * 1000 + index + 1000 * self.recreated
-        self.generation[index] = self.generation.get(index, -1) + 1
-        return actor.remote(self._worker_name(index), self.env_generator, self.policy_generator, self.config,
+        # a name no earlier worker had, even before Ray restarted this manager: the sink refuses replaced workers'
+        # fragments by the names' prefixes of their env ids, and the replay buffer outlives a restarted manager
+        self.worker_names[index] = f"w{index}-{uuid.uuid4().hex[:6]}"
+        return actor.remote(self.worker_names[index], self.env_generator, self.policy_generator, self.config,
                             self.sink, self.statistics, seed, self.latest_weights, home_node=current_node_id())
-
-    def _worker_name(self, index: int) -> str:
-        """The name of the slot's current worker: a different one for each worker the slot has had, so the sink
-        can refuse a replaced worker's fragments by their env ids (``writer_prefix``)."""
-        return f"w{index}.{self.generation[index]}"
 
     def _watch(self) -> None:
         import ray
@@ -572,7 +570,7 @@ class RolloutManager:
         except Exception:
             pass
         try:
-            self.sink.retire_writer(writer_prefix(self._worker_name(index)))
+            self.sink.retire_writer(writer_prefix(self.worker_names[index]))
         except Exception as error:
             logger.warning("rollout worker %d: the sink could not be told to refuse its fragments from now on: %s",
                            index, error)

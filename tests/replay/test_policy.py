@@ -71,12 +71,12 @@ def test_stale_and_repeated_fragments_are_refused_on_arrival():
 
 def test_a_retired_writer_is_refused_from_then_on_and_what_it_delivered_before_stays():
     policy = BufferPolicy(max_chunks=8)
-    policy.add(meta(0, "w1.0.ab/env0", 0))
-    policy.retire_writer("w1.0.")
-    policy.add(meta(1, "w1.0.ab/env0", 1))  # the replaced worker delivers late
-    policy.add(meta(2, "w1.0.ab/env1", 0))
-    policy.add(meta(3, "w1.1.cd/env0", 0))  # its replacement
-    policy.add(meta(4, "w1.01.ef/env0", 0))  # another writer whose name merely begins alike
+    policy.add(meta(0, "w1-a1.ab/env0", 0))
+    policy.retire_writer("w1-a1.")
+    policy.add(meta(1, "w1-a1.ab/env0", 1))  # the replaced worker delivers late
+    policy.add(meta(2, "w1-a1.ab/env1", 0))
+    policy.add(meta(3, "w1-c2.cd/env0", 0))  # its replacement
+    policy.add(meta(4, "w1-a10.ef/env0", 0))  # another writer whose name merely begins alike
     counts = policy.accounting()
     assert (counts["removed_from_retired_writer"], counts["in_chunks"], counts["unaccounted"]) == (2, 3, 0)
     assert sorted(policy.take_deletable()) == [1, 2]

@@ -19,6 +19,7 @@ from craftrl.rollout.actors import RolloutManager, RolloutWorker
 from craftrl.rollout.episode_stats import EpisodeStatistics
 from craftrl.rollout.sinks import ActorSink
 from craftrl.rollout.testing import CountingPolicy, counting_policy_generator
+from craftrl.rollout.worker import writer_prefix
 from craftrl.system import EPISODE_STATISTICS, actor_placed
 
 pytestmark = pytest.mark.ray
@@ -115,13 +116,15 @@ def test_manager_broadcasts_weights_recreates_dead_workers_and_records_video(ray
 
     # a killed worker is noticed, recreated with the latest weights, and production continues
     victim = ray.get(manager.worker_handles.remote())[0]
+    victim_name = ray.get(victim.status.remote())["name"]
     ray.kill(victim, no_restart=True)
     wait_until(lambda: ray.get(manager.status.remote())["rollout/workers_recreated"] >= 1)
-    assert ray.get(sink.retired_writers.remote()) == ["w0.0."], "the sink refuses the replaced worker from now on"
+    assert ray.get(sink.retired_writers.remote()) == [writer_prefix(victim_name)], "the sink refuses it from now on"
+    assert any(r[0].startswith(writer_prefix(victim_name)) for r in ray.get(sink.summary.remote()))
     before = len(ray.get(sink.summary.remote()))
     wait_until(lambda: len(ray.get(sink.summary.remote())) >= before + 6)
     recent = ray.get(sink.summary.remote())[before:]
-    assert all(r[2] == 3 for r in recent if r[0].startswith("w0.")), "the new w0 must act with version 3"
+    assert all(r[2] == 3 for r in recent if r[0].startswith("w0-")), "the new w0 must act with version 3"
 
     # a requested video is written with one frame per step of the recorded episode (5 steps + reset frame)
     ray.get(manager.request_video.remote(4, 3))
