@@ -167,16 +167,20 @@ def _wait_for_nodes(address: str, count: int, nodes: list[RolloutNode], timeout:
                        + "\n".join(node.describe() for node in nodes))
 
 
-def _head_and_two_rollout_nodes(runs: Path, tmp_path: Path):
+def _head_and_two_rollout_nodes(runs: Path, tmp_path: Path, system_config: dict | None = None,
+                                 link: NodeLink | None = None):
     """A head with the learner resource (and the dashboard, which serves Ray's state API) and two rollout nodes
-    that see an empty directory where the driver sees ``runs``."""
+    that see an empty directory where the driver sees ``runs``; the second one reaches the cluster only through
+    ``link`` when given."""
     from ray.cluster_utils import Cluster
 
     runs.mkdir()
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "resources": {"learner_node": 1},
-                                                            "include_dashboard": True})
+                                                            "include_dashboard": True,
+                                                            "_system_config": system_config or {}})
     nodes = [RolloutNode(cluster.address, {"rollout_node": 1}, runs, tmp_path / f"view-{name}",
-                         range(21000 + 1000 * index, 21000 + 1000 * index + 200)) for index, name in enumerate("ab")]
+                         range(21000 + 1000 * index, 21000 + 1000 * index + 200), link if index else None)
+             for index, name in enumerate("ab")]
     return cluster, nodes
 
 
@@ -190,6 +194,41 @@ def _wait_for(what: str, condition, timeout: float = 180.0) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"{what}: not within {timeout:.0f} s")
         time.sleep(1.0)
+
+
+def _start_training(config: Path, runs: Path, address: str, stdout: Path, stderr: Path) -> subprocess.Popen:
+    """``craftrl train`` from the driver's view, on the cluster at ``address``, its output in the two files."""
+    with open(stdout, "w") as out, open(stderr, "w") as err:
+        return subprocess.Popen([sys.executable, "-m", "craftrl.cli.main", "train", str(config), f"output_root={runs}",
+                                 "--address", address], stdout=out, stderr=err,
+                                env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
+
+
+def _tear_down(process: subprocess.Popen | None, nodes: list[RolloutNode], cluster) -> None:
+    """Whatever a test left running: the training process, the rollout nodes, the head."""
+    if process is not None and process.poll() is None:
+        process.kill()
+    for node in nodes:
+        node.stop()
+    cluster.shutdown()
+
+
+def _assert_the_lost_node_is_accounted_for(runs: Path, stdout: Path) -> str:
+    """After a run that lost one of its rollout nodes: its worker was replaced, booked under the node's loss, every
+    fragment is accounted for and the buffer refuses the replaced worker. Returns the printed accounting."""
+    # an iteration whose record waited in vain for the rollout manager's answer is logged without its keys
+    metrics = last_metrics(runs, having="rollout/workers_given_up")
+    # recreated once, or twice when the first replacement was placed on the dead node before Ray knew it was dead
+    assert metrics["rollout/workers_given_up"] == 0.0 and metrics["rollout/workers_recreated"] in (1.0, 2.0)
+    # every fragment is accounted for, those that crossed to the store through Ray and those the lost node held
+    accounting = re.search(r"craftrl:   fragments: (.*)", stdout.read_text()).group(1)
+    counts = [int(n) for n in re.search(r"emitted (\d+) = sent (\d+) \+ dropped at stop (\d+) \+ unsent by replaced "
+                                        r"workers (\d+) \+ lost with dead nodes (\d+)", accounting).groups()]
+    assert counts[0] == sum(counts[1:]) and re.search(r"unaccounted 0\b", accounting), accounting
+    assert counts[3] == 0, "the lost node's worker is booked under the node's loss, not as a replaced worker"
+    retired = last_metrics(runs, having="replay/retired_writers")["replay/retired_writers"]
+    assert retired == metrics["rollout/workers_recreated"], "the buffer refuses each replaced worker from then on"
+    return accounting
 
 
 def test_rollout_nodes_without_the_drivers_disk_train_through_the_object_store_and_outlive_one_of_them(tmp_path):
@@ -210,11 +249,7 @@ def test_rollout_nodes_without_the_drivers_disk_train_through_the_object_store_a
     try:
         head = cluster.head_node.node_id
         rollout_nodes = _wait_for_nodes(cluster.address, 3, nodes) - {head}
-        with open(stdout, "w") as out, open(stderr, "w") as err:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "craftrl.cli.main", "train", str(config), f"output_root={runs}",
-                 "--address", cluster.address], stdout=out, stderr=err,
-                env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
+        process = _start_training(config, runs, cluster.address, stdout, stderr)
         _wait_for("2 iterations", lambda: last_metrics(runs).get("train/iteration", 0) >= 2)
         _wait_for("a rollout worker on each rollout node", lambda: {
             record["node"] for record in placements(log) if "rollout_node" in record["resources"]} == rollout_nodes)
@@ -232,11 +267,7 @@ def test_rollout_nodes_without_the_drivers_disk_train_through_the_object_store_a
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=180)
     finally:
-        if process is not None and process.poll() is None:
-            process.kill()
-        for node in nodes:
-            node.stop()
-        cluster.shutdown()
+        _tear_down(process, nodes, cluster)
     assert process.returncode == 130, stderr.read_text()[-4000:]
 
     # before the crash: rollout workers on the two rollout nodes, everything else on the driver's (head) node
@@ -247,18 +278,7 @@ def test_rollout_nodes_without_the_drivers_disk_train_through_the_object_store_a
     workers = [actor.node_id for actor in actors if actor.class_name == "RolloutWorker"]
     assert workers and set(workers) == rollout_nodes
 
-    # an iteration whose record waited in vain for the rollout manager's answer is logged without its keys
-    metrics = last_metrics(runs, having="rollout/workers_given_up")
-    # recreated once, or twice when the first replacement was placed on the dead node before Ray knew it was dead
-    assert metrics["rollout/workers_given_up"] == 0.0 and metrics["rollout/workers_recreated"] in (1.0, 2.0)
-    # every fragment is accounted for, those that crossed to the store through Ray and those the dead node held
-    accounting = re.search(r"craftrl:   fragments: (.*)", stdout.read_text()).group(1)
-    counts = [int(n) for n in re.search(r"emitted (\d+) = sent (\d+) \+ dropped at stop (\d+) \+ unsent by replaced "
-                                        r"workers (\d+) \+ lost with dead nodes (\d+)", accounting).groups()]
-    assert counts[0] == sum(counts[1:]) and re.search(r"unaccounted 0\b", accounting), accounting
-    assert counts[3] == 0, "the dead node's worker is booked under the node's loss, not as a replaced worker"
-    retired = last_metrics(runs, having="replay/retired_writers")["replay/retired_writers"]
-    assert retired == metrics["rollout/workers_recreated"], "the buffer refuses each replaced worker from then on"
+    accounting = _assert_the_lost_node_is_accounted_for(runs, stdout)
     # every fragment came through Ray; bounded by what the store registered, not by `sent`, which counts the dead
     # node's worker up to its last status answer only
     remote = last_metrics(runs, having="replay/remote_fragments_written")["replay/remote_fragments_written"]
@@ -283,32 +303,23 @@ def test_a_rollout_node_cut_off_from_the_network_is_given_up_and_leaves_nothing_
     it dead, its worker's slot waits for a node and the run trains on with node a. When the network comes back,
     node b learns it was declared dead and stops with every process it ran (the rollout worker's env processes
     too), without disturbing the run; the fragments it had cut are accounted for."""
-    from ray.cluster_utils import Cluster
+    from ray.util import get_node_ip_address
 
     reason = mount_namespaces_work() or network_namespaces_work()
     if reason:
         pytest.skip(reason)
+    if get_node_ip_address().startswith("127."):
+        pytest.skip("Ray's nodes here listen on the loopback address, which a node in a network of its own cannot reach")
     runs, log = tmp_path / "runs", tmp_path / "placement.jsonl"
-    runs.mkdir()
     config = write_cluster_config(tmp_path / "cluster_config.py", log, iterations=100_000)
-    cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 2, "resources": {"learner_node": 1}, "_system_config": QUICK_HEALTH_CHECKS})
-    if cluster.address.startswith("127."):
-        cluster.shutdown()
-        pytest.skip("the head listens on the loopback address only, which a node in its own network cannot reach")
     link = NodeLink(index=1)
-    nodes = [RolloutNode(cluster.address, {"rollout_node": 1}, runs, tmp_path / "view-a", range(21000, 21200)),
-             RolloutNode(cluster.address, {"rollout_node": 1}, runs, tmp_path / "view-b", range(22000, 22200), link)]
+    cluster, nodes = _head_and_two_rollout_nodes(runs, tmp_path, QUICK_HEALTH_CHECKS, link)
     stdout, stderr = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
     process = None
     try:
         head = cluster.head_node.node_id
         rollout_nodes = _wait_for_nodes(cluster.address, 3, nodes) - {head}
-        with open(stdout, "w") as out, open(stderr, "w") as err:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "craftrl.cli.main", "train", str(config), f"output_root={runs}",
-                 "--address", cluster.address], stdout=out, stderr=err,
-                env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
+        process = _start_training(config, runs, cluster.address, stdout, stderr)
         _wait_for("a rollout worker on each rollout node and 2 iterations", lambda: {
             record["node"] for record in placements(log) if "rollout_node" in record["resources"]} == rollout_nodes
             and last_metrics(runs).get("train/iteration", 0) >= 2)
@@ -325,22 +336,10 @@ def test_a_rollout_node_cut_off_from_the_network_is_given_up_and_leaves_nothing_
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=180)
     finally:
-        if process is not None and process.poll() is None:
-            process.kill()
-        for node in nodes:
-            node.stop()
-        cluster.shutdown()
+        _tear_down(process, nodes, cluster)
     assert process.returncode == 130, stderr.read_text()[-4000:]
     assert env_processes, "the worker on node b stepped its envs in env processes, which must go with the node"
-    metrics = last_metrics(runs, having="rollout/workers_given_up")
-    assert metrics["rollout/workers_given_up"] == 0.0 and metrics["rollout/workers_recreated"] in (1.0, 2.0)
-    accounting = re.search(r"craftrl:   fragments: (.*)", stdout.read_text()).group(1)
-    counts = [int(n) for n in re.search(r"emitted (\d+) = sent (\d+) \+ dropped at stop (\d+) \+ unsent by replaced "
-                                        r"workers (\d+) \+ lost with dead nodes (\d+)", accounting).groups()]
-    assert counts[0] == sum(counts[1:]) and re.search(r"unaccounted 0\b", accounting), accounting
-    assert counts[3] == 0, "the cut-off node's worker is booked under the node's loss, not as a replaced worker"
-    retired = last_metrics(runs, having="replay/retired_writers")["replay/retired_writers"]
-    assert retired == metrics["rollout/workers_recreated"], "the buffer refuses each replaced worker from then on"
+    _assert_the_lost_node_is_accounted_for(runs, stdout)
     for node in nodes:
         assert _files_under(node.view) == [], node.view
 
