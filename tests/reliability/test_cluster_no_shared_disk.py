@@ -309,7 +309,7 @@ def test_a_rollout_node_cut_off_from_the_network_is_given_up_and_leaves_nothing_
     if reason:
         pytest.skip(reason)
     if get_node_ip_address().startswith("127."):
-        pytest.skip("Ray's nodes here listen on the loopback address, which a node in a network of its own cannot reach")
+        pytest.skip("Ray listens on the loopback address here, which a node in a network of its own cannot reach")
     runs, log = tmp_path / "runs", tmp_path / "placement.jsonl"
     config = write_cluster_config(tmp_path / "cluster_config.py", log, iterations=100_000)
     link = NodeLink(index=1)
