@@ -6,6 +6,10 @@
 * :class:`NewestWeights` (inside each worker) takes offers without blocking and loads them on a thread of its own:
   a worker that is behind fetches only the newest version and never a superseded one, and no actor method waits
   on a fetch (a 1 GB VPT-2x state dict takes seconds to cross a network; the manager's health checks must not).
+  A fetch still on its way when a newer version is offered is dropped for the newer one: Ray pulls an object
+  from any node holding a copy, and a pull from a node cut off from the network waits out Ray's 10-s pull timeout
+  before it tries another, so a worker that kept waiting acted with old weights meanwhile (all its fragments
+  stale for 10-25 s in a partition test; bench/notes/cluster.md).
 
 When a newer version is published, nothing holds the older object any more and Ray frees it. With
 ``rollout_config.weights_dtype: float16`` the parameters travel in half precision (half the bytes; buffers stay
@@ -28,6 +32,7 @@ import torch
 
 StateDict = dict[str, torch.Tensor]
 HALF_PRECISION_LOGP_TOLERANCE = 1e-3  # largest |log-prob change| float16 parameters may cause (tests/rollout)
+FETCH_POLL_S = 0.5  # how often a fetch still on its way looks for a newer version to fetch instead
 
 
 class WeightPublisher:
@@ -67,6 +72,8 @@ class NewestWeights:
         self._closed = False
         self.applied_version = -1
         self.fetches = 0  # versions actually fetched from the object store
+        self.fetches_dropped = 0  # fetches given up on for a newer version offered while they were on their way
+        self.fetching = -1  # the version being fetched, or the last one
         self.fetch_seconds = 0.0
         self.error: str | None = None
         self._thread = threading.Thread(target=self._load_forever, name=name, daemon=True)
@@ -97,8 +104,6 @@ class NewestWeights:
         self._thread.join(timeout=5)
 
     def _load_forever(self) -> None:
-        import ray
-
         while True:
             with self._changed:
                 while self._offered is None and not self._closed:
@@ -108,18 +113,41 @@ class NewestWeights:
                 version, refs = self._offered
                 self._offered = None
             started = time.monotonic()
+            self.fetching = version
             try:
-                state_dict = received(refs[0] if isinstance(refs[0], dict) else ray.get(refs[0]))
+                fetched = self._fetch_newest(version, refs)
+                if fetched is None:
+                    return  # closed while fetching
+                version, state_dict = fetched
                 self.fetches += 1
                 self._apply(version, state_dict)
             except Exception as error:  # a version that cannot be loaded: keep acting with the last one
-                self.error = f"loading weights version {version}: {type(error).__name__}: {error}"
+                self.error = f"loading weights version {self.fetching}: {type(error).__name__}: {error}"
                 continue
             finally:
                 self.fetch_seconds += time.monotonic() - started
             with self._changed:
                 self.applied_version = max(self.applied_version, version)
                 self._changed.notify_all()
+
+    def _fetch_newest(self, version: int, refs: list[Any]) -> tuple[int, StateDict] | None:
+        """``version``'s state dict, or that of a newer version offered while it was still on its way (taken
+        from the offers like any other); None once closed."""
+        import ray
+
+        while not isinstance(refs[0], dict):
+            ready, _ = ray.wait([refs[0]], timeout=FETCH_POLL_S)
+            if ready:
+                return version, received(ray.get(refs[0]))
+            with self._changed:
+                if self._closed:
+                    return None
+                if self._offered is not None and self._offered[0] > version:
+                    version, refs = self._offered
+                    self._offered = None
+                    self.fetches_dropped += 1
+                    self.fetching = version
+        return version, received(refs[0])
 
 
 def publishable(state_dict: StateDict, half_precision: frozenset[str] = frozenset()) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import torch
 
@@ -57,6 +58,38 @@ def test_offer_returns_while_a_load_is_in_progress_and_a_failed_load_keeps_the_l
         weights.close()
     assert applied == [1] and weights.applied_version == 1
     assert weights.error == "loading weights version 2: ValueError: shape mismatch"
+
+
+class Gate:
+    """Holds a value back until told: an object that is not in the object store yet."""
+
+    def __init__(self):
+        self.open = threading.Event()
+
+    def value_when_open(self, value):
+        self.open.wait()
+        return value
+
+
+def test_a_fetch_still_on_its_way_is_dropped_for_a_newer_version(ray_session):
+    """Ray pulls an object from any node with a copy, and waits out a 10-s timeout on a node cut off from the
+    network before it tries another: meanwhile the worker must not wait, acting with old weights, when a newer
+    version is there to fetch."""
+    ray = ray_session
+    gate = ray.remote(max_concurrency=2)(Gate).remote()
+    late = gate.value_when_open.remote({"w": torch.tensor(1.0)})
+    applied: list[tuple[int, float]] = []
+    weights = NewestWeights(lambda version, state_dict: applied.append((version, float(state_dict["w"]))))
+    try:
+        weights.offer(1, [late])
+        time.sleep(1.0)  # the loader has taken version 1 and waits for its object
+        weights.offer(2, [ray.put({"w": torch.tensor(2.0)})])
+        assert weights.wait_for(2, timeout=30)
+        assert not ray.wait([late], timeout=0)[0], "version 2 was applied while version 1 was still on its way"
+    finally:
+        weights.close()
+        ray.kill(gate)
+    assert applied == [(2, 2.0)] and weights.fetches == 1 and weights.fetches_dropped == 1
 
 
 def _log_prob_change(policy, half_names: set[str], image_shape, batch: int, time: int) -> float:
