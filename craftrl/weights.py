@@ -7,9 +7,9 @@
   a worker that is behind fetches only the newest version and never a superseded one, and no actor method waits
   on a fetch (a 1 GB VPT-2x state dict takes seconds to cross a network; the manager's health checks must not).
   A fetch still on its way when a newer version is offered is dropped for the newer one: Ray pulls an object
-  from any node holding a copy, and a pull from a node cut off from the network waits out Ray's 10-s pull timeout
-  before it tries another, so a worker that kept waiting acted with old weights meanwhile (all its fragments
-  stale for 10-25 s in a partition test; bench/notes/cluster.md).
+  from any node holding a copy, and a pull from a node cut off from the network took 10.2 s before Ray tried
+  another copy, while a worker that kept waiting acted with old weights (every fragment it cut for 10-25 s
+  arrived stale in a partition test; bench/notes/cluster.md).
 
 When a newer version is published, nothing holds the older object any more and Ray frees it. With
 ``rollout_config.weights_dtype: float16`` the parameters travel in half precision (half the bytes; buffers stay
