@@ -7,6 +7,7 @@ empty directory, where the test finds it. ``craftrl train --address`` then runs 
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -196,21 +197,30 @@ def _wait_for(what: str, condition, timeout: float = 180.0) -> None:
         time.sleep(1.0)
 
 
-def _start_training(config: Path, runs: Path, address: str, stdout: Path, stderr: Path) -> subprocess.Popen:
-    """``craftrl train`` from the driver's view, on the cluster at ``address``, its output in the two files."""
-    with open(stdout, "w") as out, open(stderr, "w") as err:
-        return subprocess.Popen([sys.executable, "-m", "craftrl.cli.main", "train", str(config), f"output_root={runs}",
-                                 "--address", address], stdout=out, stderr=err,
-                                env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
-
-
-def _tear_down(process: subprocess.Popen | None, nodes: list[RolloutNode], cluster) -> None:
-    """Whatever a test left running: the training process, the rollout nodes, the head."""
-    if process is not None and process.poll() is None:
-        process.kill()
-    for node in nodes:
-        node.stop()
-    cluster.shutdown()
+@contextlib.contextmanager
+def _training_on(cluster, nodes: list[RolloutNode], config: Path, runs: Path, stdout: Path, stderr: Path):
+    """``craftrl train`` from the driver's view once the head and ``nodes`` are up, its output in ``stdout`` and
+    ``stderr``; yields the process, the head's node id and the rollout nodes' ids. At the end of the block the run
+    is interrupted (SIGTERM) and waited for; then whatever still runs is stopped: the run, every node in ``nodes``
+    (those added meanwhile too) and the head."""
+    process = None
+    try:
+        head = cluster.head_node.node_id
+        rollout_nodes = _wait_for_nodes(cluster.address, 1 + len(nodes), nodes) - {head}
+        with open(stdout, "w") as out, open(stderr, "w") as err:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "craftrl.cli.main", "train", str(config), f"output_root={runs}",
+                 "--address", cluster.address], stdout=out, stderr=err,
+                env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
+        yield process, head, rollout_nodes
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=180)
+    finally:
+        if process is not None and process.poll() is None:
+            process.kill()
+        for node in nodes:
+            node.stop()
+        cluster.shutdown()
 
 
 def _assert_the_lost_node_is_accounted_for(runs: Path, stdout: Path) -> str:
@@ -245,11 +255,7 @@ def test_rollout_nodes_without_the_drivers_disk_train_through_the_object_store_a
     config = write_cluster_config(tmp_path / "cluster_config.py", log, iterations=100_000, video_interval=2)
     cluster, nodes = _head_and_two_rollout_nodes(runs, tmp_path)
     stdout, stderr = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
-    process = None
-    try:
-        head = cluster.head_node.node_id
-        rollout_nodes = _wait_for_nodes(cluster.address, 3, nodes) - {head}
-        process = _start_training(config, runs, cluster.address, stdout, stderr)
+    with _training_on(cluster, nodes, config, runs, stdout, stderr) as (process, head, rollout_nodes):
         _wait_for("2 iterations", lambda: last_metrics(runs).get("train/iteration", 0) >= 2)
         _wait_for("a rollout worker on each rollout node", lambda: {
             record["node"] for record in placements(log) if "rollout_node" in record["resources"]} == rollout_nodes)
@@ -264,10 +270,6 @@ def test_rollout_nodes_without_the_drivers_disk_train_through_the_object_store_a
         joined = _wait_for_nodes(cluster.address, 3, nodes[-1:]) - {head}
         _wait_for("the slot back on the new node", lambda: last_metrics(runs).get("rollout/workers_waiting_for_node")
                   == 0.0 and len({record["node"] for record in placements(log)} & joined) == 2)
-        process.send_signal(signal.SIGTERM)
-        process.wait(timeout=180)
-    finally:
-        _tear_down(process, nodes, cluster)
     assert process.returncode == 130, stderr.read_text()[-4000:]
 
     # before the crash: rollout workers on the two rollout nodes, everything else on the driver's (head) node
@@ -315,11 +317,7 @@ def test_a_rollout_node_cut_off_from_the_network_is_given_up_and_leaves_nothing_
     link = NodeLink(index=1)
     cluster, nodes = _head_and_two_rollout_nodes(runs, tmp_path, QUICK_HEALTH_CHECKS, link)
     stdout, stderr = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
-    process = None
-    try:
-        head = cluster.head_node.node_id
-        rollout_nodes = _wait_for_nodes(cluster.address, 3, nodes) - {head}
-        process = _start_training(config, runs, cluster.address, stdout, stderr)
+    with _training_on(cluster, nodes, config, runs, stdout, stderr) as (process, head, rollout_nodes):
         _wait_for("a rollout worker on each rollout node and 2 iterations", lambda: {
             record["node"] for record in placements(log) if "rollout_node" in record["resources"]} == rollout_nodes
             and last_metrics(runs).get("train/iteration", 0) >= 2)
@@ -333,10 +331,6 @@ def test_a_rollout_node_cut_off_from_the_network_is_given_up_and_leaves_nothing_
         _wait_for("node b stopped with everything it ran", lambda: not link.processes(), timeout=90)
         returned = last_metrics(runs)["train/iteration"]
         _wait_for("training on after node b came back", lambda: last_metrics(runs)["train/iteration"] >= returned + 2)
-        process.send_signal(signal.SIGTERM)
-        process.wait(timeout=180)
-    finally:
-        _tear_down(process, nodes, cluster)
     assert process.returncode == 130, stderr.read_text()[-4000:]
     assert env_processes, "the worker on node b stepped its envs in env processes, which must go with the node"
     _assert_the_lost_node_is_accounted_for(runs, stdout)
