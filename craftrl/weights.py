@@ -6,10 +6,12 @@
 * :class:`NewestWeights` (inside each worker) takes offers without blocking and loads them on a thread of its own:
   a worker that is behind fetches only the newest version and never a superseded one, and no actor method waits
   on a fetch (a 1 GB VPT-2x state dict takes seconds to cross a network; the manager's health checks must not).
-  A fetch still on its way when a newer version is offered is dropped for the newer one: Ray pulls an object
-  from any node holding a copy, and a pull from a node cut off from the network took 10.2 s before Ray tried
-  another copy, while a worker that kept waiting acted with old weights (every fragment it cut for 10-25 s
-  arrived stale in a partition test; bench/notes/cluster.md).
+  A fetch is never given up while it may still arrive: a newer version is fetched *beside* one that is overdue
+  (on its way for longer than twice the last fetch took), and whichever arrives first is applied. Ray pulls an
+  object from any node holding a copy, and a pull from a node cut off from the network took 10.2 s before Ray
+  tried another copy: the newer version, pulled from elsewhere, overtakes it. Over a slow link, where every
+  version takes longer to arrive than the learner takes to publish the next, the older fetch arrives first and
+  is applied, where a worker that gave up each fetch for the next version loaded none (bench/notes/cluster.md).
 
 When a newer version is published, nothing holds the older object any more and Ray frees it. With
 ``rollout_config.weights_dtype: float16`` the parameters travel in half precision (half the bytes; buffers stay
@@ -31,8 +33,9 @@ import numpy as np
 import torch
 
 StateDict = dict[str, torch.Tensor]
+Fetches = dict[int, tuple[Any, float]]  # version -> (its ObjectRef or a state dict here, when its fetch began)
 HALF_PRECISION_LOGP_TOLERANCE = 1e-3  # largest |log-prob change| float16 parameters may cause (tests/rollout)
-FETCH_POLL_S = 0.5  # how often a fetch still on its way looks for a newer version to fetch instead
+FETCH_POLL_S = 0.5  # how often the loader looks at its fetches on their way, and the least patience for one
 
 
 class WeightPublisher:
@@ -62,27 +65,31 @@ class WeightPublisher:
 class NewestWeights:
     """A worker's side: ``offer`` returns at once; a loader thread fetches the newest offer and ``apply``-s it.
 
-    ``apply(version, state_dict)`` runs on the loader thread; offers older than what was applied are ignored.
+    ``apply(version, state_dict)`` runs on the loader thread; versions arrive in increasing order, and an offer
+    that is not newer than every earlier one is ignored.
     """
 
     def __init__(self, apply: Callable[[int, StateDict], None], name: str = "weights-loader") -> None:
         self._apply = apply
         self._offered: tuple[int, list[Any]] | None = None
+        self._newest_offered = -1
         self._changed = threading.Condition()
         self._closed = False
         self.applied_version = -1
-        self.fetches = 0  # versions actually fetched from the object store
-        self.fetches_dropped = 0  # fetches given up on for a newer version offered while they were on their way
-        self.fetching = -1  # the version being fetched, or the last one
-        self.fetch_seconds = 0.0
+        self.fetches = 0  # versions fetched and applied
+        self.fetches_overtaken = 0  # fetches left on their way: a newer version fetched beside arrived first
+        self.fetch_seconds = 0.0  # from the start of each applied version's fetch to its load, summed
+        self.last_fetch_seconds: float | None = None  # None until the first version is applied
         self.error: str | None = None
+        self._applied_arrays: StateDict | None = None  # see _load_newest
         self._thread = threading.Thread(target=self._load_forever, name=name, daemon=True)
         self._thread.start()
 
     def offer(self, version: int, refs: list[Any]) -> None:
         """``refs``: ``[ObjectRef]`` (or ``[state_dict]`` already in this process)."""
         with self._changed:
-            if version > self.applied_version and (self._offered is None or version > self._offered[0]):
+            if version > self._newest_offered:
+                self._newest_offered = int(version)
                 self._offered = (int(version), refs)
                 self._changed.notify()
 
@@ -104,50 +111,80 @@ class NewestWeights:
         self._thread.join(timeout=5)
 
     def _load_forever(self) -> None:
+        on_the_way: Fetches = {}
         while True:
             with self._changed:
-                while self._offered is None and not self._closed:
+                while not on_the_way and self._offered is None and not self._closed:
                     self._changed.wait()
                 if self._closed:
                     return
-                version, refs = self._offered
-                self._offered = None
-            started = time.monotonic()
-            self.fetching = version
+                if self._offered is not None and self._may_fetch_another(on_the_way):
+                    version, refs = self._offered
+                    self._offered = None
+                    on_the_way[version] = (refs[0], time.monotonic())
             try:
-                fetched = self._fetch_newest(version, refs)
-                if fetched is None:
-                    return  # closed while fetching
-                version, state_dict = fetched
-                self.fetches += 1
-                self._apply(version, state_dict)
-            except Exception as error:  # a version that cannot be loaded: keep acting with the last one
-                self.error = f"loading weights version {self.fetching}: {type(error).__name__}: {error}"
+                arrived = _arrived(on_the_way)
+            except Exception as error:  # Ray could not tell: fetch the next version offered from scratch
+                self.error = f"waiting for weights versions {sorted(on_the_way)}: {type(error).__name__}: {error}"
+                on_the_way = {}
                 continue
-            finally:
-                self.fetch_seconds += time.monotonic() - started
+            if arrived:
+                on_the_way = self._load_newest(on_the_way, arrived)
+
+    def _may_fetch_another(self, on_the_way: Fetches) -> bool:
+        """At most two fetches at a time: a second one only beside a fetch on its way for longer than twice the
+        last fetch and load took (``FETCH_POLL_S`` at least), and never before one fetch has shown what the link
+        takes (a first fetch across a slow link would otherwise share it with a second)."""
+        if len(on_the_way) != 1:
+            return not on_the_way
+        if self.last_fetch_seconds is None:
+            return False
+        ((_, started),) = on_the_way.values()
+        return time.monotonic() - started > max(FETCH_POLL_S, 2.0 * self.last_fetch_seconds)
+
+    def _load_newest(self, on_the_way: Fetches, arrived: list[int]) -> Fetches:
+        """Apply the newest of the ``arrived`` versions; returns the fetches on their way for newer ones.
+
+        No reference to the applied version outlives the call: it would keep the learner's copy in the object store
+        while the next versions are published (``ray.put`` of a 1 GB version then took 0.9 s instead of 0.1 s in
+        ``bench/weight_broadcast.py``). Its arrays, views of this node's copy, are kept until the next version is
+        applied: freeing that copy as soon as it was loaded made one later version in four arrive ~1 s late there
+        (median 2.3 s against 1.8 s over 2 nodes)."""
+        import ray
+
+        version = max(arrived)
+        self.fetches_overtaken += sum(1 for older in on_the_way if older < version and older not in arrived)
+        fetched, started = on_the_way[version]
+        try:
+            state_dict = received(fetched if isinstance(fetched, dict) else ray.get(fetched))
+            self._apply(version, state_dict)
+            self._applied_arrays = state_dict
+        except Exception as error:  # a version that cannot be loaded: keep acting with the last one
+            self.error = f"loading weights version {version}: {type(error).__name__}: {error}"
+        else:
+            took = time.monotonic() - started
+            self.fetches += 1
+            self.fetch_seconds += took
+            self.last_fetch_seconds = took
             with self._changed:
                 self.applied_version = max(self.applied_version, version)
                 self._changed.notify_all()
+        return {later: fetch for later, fetch in on_the_way.items() if later > version}
 
-    def _fetch_newest(self, version: int, refs: list[Any]) -> tuple[int, StateDict] | None:
-        """``version``'s state dict, or that of a newer version offered while it was still on its way (taken
-        from the offers like any other); None once closed."""
-        import ray
 
-        while not isinstance(refs[0], dict):
-            ready, _ = ray.wait([refs[0]], timeout=FETCH_POLL_S)
-            if ready:
-                return version, received(ray.get(refs[0]))
-            with self._changed:
-                if self._closed:
-                    return None
-                if self._offered is not None and self._offered[0] > version:
-                    version, refs = self._offered
-                    self._offered = None
-                    self.fetches_dropped += 1
-                    self.fetching = version
-        return version, received(refs[0])
+def _arrived(on_the_way: Fetches) -> list[int]:
+    """The versions among ``on_the_way`` that are in this process (a state dict) or in this node's object store,
+    waiting up to ``FETCH_POLL_S`` for one to arrive."""
+    import ray
+
+    local = [version for version, (fetched, _) in on_the_way.items() if isinstance(fetched, dict)]
+    if local:
+        return local
+    versions = {fetched: version for version, (fetched, _) in on_the_way.items()}
+    if not ray.wait(list(versions), num_returns=1, timeout=FETCH_POLL_S)[0]:
+        return []
+    arrived, _ = ray.wait(list(versions), num_returns=len(versions), timeout=0)
+    return [versions[ref] for ref in arrived]
 
 
 def publishable(state_dict: StateDict, half_precision: frozenset[str] = frozenset()) -> dict[str, Any]:

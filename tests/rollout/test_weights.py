@@ -70,8 +70,11 @@ class Gate:
         self.open.wait()
         return value
 
+    def release(self):
+        self.open.set()
 
-def test_a_fetch_still_on_its_way_is_dropped_for_a_newer_version(ray_session):
+
+def test_a_newer_version_fetched_beside_a_stuck_fetch_overtakes_it(ray_session):
     """Ray pulls an object from any node with a copy, and waits out a 10-s timeout on a node cut off from the
     network before it tries another: meanwhile the worker must not wait, acting with old weights, when a newer
     version is there to fetch."""
@@ -81,6 +84,8 @@ def test_a_fetch_still_on_its_way_is_dropped_for_a_newer_version(ray_session):
     applied: list[tuple[int, float]] = []
     weights = NewestWeights(lambda version, state_dict: applied.append((version, float(state_dict["w"]))))
     try:
+        weights.offer(0, [ray.put({"w": torch.tensor(0.0)})])
+        assert weights.wait_for(0, timeout=30)  # a first fetch shows how long one takes
         weights.offer(1, [late])
         time.sleep(1.0)  # the loader has taken version 1 and waits for its object
         weights.offer(2, [ray.put({"w": torch.tensor(2.0)})])
@@ -89,7 +94,58 @@ def test_a_fetch_still_on_its_way_is_dropped_for_a_newer_version(ray_session):
     finally:
         weights.close()
         ray.kill(gate)
-    assert applied == [(2, 2.0)] and weights.fetches == 1 and weights.fetches_dropped == 1
+    assert applied == [(0, 0.0), (2, 2.0)] and weights.fetches == 2 and weights.fetches_overtaken == 1
+
+
+def test_a_first_fetch_is_waited_for_alone(ray_session):
+    """Until one fetch has shown how long a fetch takes, a slow first one is not joined by a second, which would
+    share a slow link with it."""
+    ray = ray_session
+    gate = ray.remote(max_concurrency=2)(Gate).remote()
+    applied: list[int] = []
+    weights = NewestWeights(lambda version, state_dict: applied.append(version))
+    try:
+        weights.offer(1, [gate.value_when_open.remote({"w": torch.tensor(1.0)})])
+        time.sleep(1.0)  # the loader has taken version 1 and waits for its object
+        weights.offer(2, [ray.put({"w": torch.tensor(2.0)})])
+        time.sleep(1.5)
+        assert applied == [], "version 2 was fetched beside the first fetch"
+        ray.get(gate.release.remote())
+        assert weights.wait_for(2, timeout=30)
+    finally:
+        weights.close()
+        ray.kill(gate)
+    assert applied == [1, 2] and weights.fetches_overtaken == 0
+
+
+class SlowLink:
+    """Hands each value over a fixed time after it was asked for: every version takes that long to arrive."""
+
+    def value_after(self, value, seconds: float):
+        time.sleep(seconds)
+        return value
+
+
+def test_a_worker_whose_every_fetch_is_slower_than_the_learner_still_loads_one_version_after_another(ray_session):
+    """Behind a slow link each version takes longer to arrive than the learner takes to publish the next. A loader
+    that gave up every fetch still on its way for the newer version would load none while publishing goes on."""
+    ray = ray_session
+    link = ray.remote(max_concurrency=64)(SlowLink).remote()
+    ray.get(link.value_after.remote(None, 0))  # the actor has started: every value takes 2.5 s from now on
+    applied: list[int] = []
+    weights = NewestWeights(lambda version, state_dict: applied.append(version))
+    try:
+        version = 0
+        deadline = time.monotonic() + 12.0
+        while time.monotonic() < deadline and len(applied) < 2:
+            version += 1
+            weights.offer(version, [link.value_after.remote({"w": torch.tensor(float(version))}, 2.5)])
+            time.sleep(0.6)
+    finally:
+        weights.close()
+        ray.kill(link)
+    assert len(applied) >= 2 and applied == sorted(applied), (applied, version)
+    assert weights.fetches_overtaken == 0, "no fetch was left on its way: each arrived and was applied"
 
 
 def _log_prob_change(policy, half_names: set[str], image_shape, batch: int, time: int) -> float:
