@@ -18,6 +18,7 @@ from craftrl.envs.testing import ScriptedEnv
 from craftrl.policies import default_policy_generator
 
 PLACEMENT_LOG = {log!r}
+BALLAST_BYTES = {ballast_bytes}
 env_generator = functools.partial(ScriptedEnv, episode_length=6)
 
 
@@ -36,7 +37,12 @@ def policy_generator():
             pass
         with open(PLACEMENT_LOG, "a") as log:
             log.write(json.dumps(record) + "\\n")
-    return default_policy_generator(num_actions=2, image_shape=(8, 8, 3), hidden_size=16, channels=(4, 4, 4))
+    policy = default_policy_generator(num_actions=2, image_shape=(8, 8, 3), hidden_size=16, channels=(4, 4, 4))
+    if BALLAST_BYTES:  # weights that take seconds to cross a slow link, as a large policy's do
+        import torch
+
+        policy.register_buffer("ballast", torch.zeros(BALLAST_BYTES // 4))
+    return policy
 
 
 online_dict = {{
@@ -58,9 +64,11 @@ online_dict = {{
 
 
 def write_cluster_config(path: Path, placement_log: Path, iterations: int = 4,
-                         video_interval: int | None = None, train_workers: int = 1) -> Path:
+                         video_interval: int | None = None, train_workers: int = 1, ballast_bytes: int = 0) -> Path:
+    """``ballast_bytes``: a buffer of zeros that makes the policy's weights that large."""
     path.write_text(textwrap.dedent(TEMPLATE.format(log=str(placement_log), iterations=iterations,
-                                                    video_interval=video_interval, train_workers=train_workers)))
+                                                    video_interval=video_interval, train_workers=train_workers,
+                                                    ballast_bytes=ballast_bytes)))
     return path
 
 
@@ -74,13 +82,14 @@ def mount_namespaces_work() -> str | None:
 
 
 def network_namespaces_work() -> str | None:
-    """None when this process may give a child a network namespace of its own and cable it to this one (a veth
-    pair), else why not."""
-    if shutil.which("ip") is None:
-        return "no ip command"
-    probe = subprocess.run(["unshare", "--net", "sh", "-c", "ip link add probe0 type veth peer name probe1"],
+    """None when this process may give a child a network namespace of its own, cable it to this one (a veth
+    pair) and limit the cable's rate (``tc``'s token bucket filter), else why not."""
+    if shutil.which("ip") is None or shutil.which("tc") is None:
+        return "no ip or no tc command"
+    probe = subprocess.run(["unshare", "--net", "sh", "-c", "ip link add probe0 type veth peer name probe1 && "
+                            "tc qdisc add dev probe0 root tbf rate 20mbit burst 64kbit latency 500ms"],
                            capture_output=True, text=True)
-    return None if probe.returncode == 0 else f"network namespaces refused here: {probe.stderr.strip()[:120]}"
+    return None if probe.returncode == 0 else f"network namespaces or tc refused here: {probe.stderr.strip()[:120]}"
 
 
 def placements(placement_log: Path) -> list[dict]:
@@ -88,10 +97,14 @@ def placements(placement_log: Path) -> list[dict]:
     return [json.loads(line) for line in placement_log.read_text().splitlines()] if placement_log.exists() else []
 
 
+def metric_records(run_root: Path) -> list[dict]:
+    """The records of the metrics.jsonl of the run under ``run_root`` so far ([] before the first)."""
+    paths = list(run_root.glob("*/metrics.jsonl"))
+    return [json.loads(line) for line in paths[0].read_text().splitlines()] if paths else []
+
+
 def last_metrics(run_root: Path, having: str | None = None) -> dict:
     """The last record of the metrics.jsonl of the run under ``run_root``, or the last one with the key ``having``
     (a record whose iteration waited in vain for one component's statistics goes without its keys)."""
-    paths = list(run_root.glob("*/metrics.jsonl"))
-    records = [json.loads(line) for line in paths[0].read_text().splitlines()] if paths else []
-    records = [record for record in records if having is None or having in record]
+    records = [record for record in metric_records(run_root) if having is None or having in record]
     return records[-1] if records else {}

@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 
 import pytest
-from cluster_config import (last_metrics, mount_namespaces_work, network_namespaces_work, placements,
-                            write_cluster_config)
+from cluster_config import (last_metrics, metric_records, mount_namespaces_work, network_namespaces_work,
+                            placements, write_cluster_config)
 
 pytestmark = pytest.mark.ray
 
@@ -81,8 +81,9 @@ class RolloutNode:
 
 class NodeLink:
     """A virtual cable (a veth pair) between this machine and a node in a network namespace of its own: the node's
-    only way to the cluster. ``cut`` takes this machine's end down, so nothing passes either way while every
-    process of the node runs on, as in a network partition; ``mend`` brings it back up."""
+    only way to the cluster. ``slow_down`` limits its rate towards the node, as a slow or shared network would;
+    ``cut`` takes this machine's end down, so nothing passes either way while every process of the node runs on,
+    as in a network partition; ``mend`` brings it back up."""
 
     SUBNET = "10.213.{index}.{host}"
 
@@ -102,15 +103,22 @@ class NodeLink:
         own = os.readlink("/proc/self/ns/net")
         _wait_for("the node's network namespace", lambda: os.readlink(f"/proc/{pid}/ns/net") != own, timeout=10)
         self.namespace = os.readlink(f"/proc/{pid}/ns/net")
-        _ip(f"link add {self.host_end} type veth peer name uplink netns {pid}")
-        _ip(f"addr add {self.host_ip}/30 dev {self.host_end}")
-        _ip(f"link set {self.host_end} up")
+        _network(f"ip link add {self.host_end} type veth peer name uplink netns {pid}")
+        _network(f"ip addr add {self.host_ip}/30 dev {self.host_end}")
+        _network(f"ip link set {self.host_end} up")
+
+    def slow_down(self, rate: str) -> None:
+        """Let at most ``rate`` (in ``tc``'s units, e.g. ``20mbit``) through to the node, queueing up to 0.5 s."""
+        _network(f"tc qdisc add dev {self.host_end} root tbf rate {rate} burst 64kbit latency 500ms")
+
+    def speed_up(self) -> None:
+        _network(f"tc qdisc del dev {self.host_end} root")
 
     def cut(self) -> None:
-        _ip(f"link set {self.host_end} down")
+        _network(f"ip link set {self.host_end} down")
 
     def mend(self) -> None:
-        _ip(f"link set {self.host_end} up")
+        _network(f"ip link set {self.host_end} up")
 
     def processes(self) -> list[str]:
         """``pid command`` of every process still in the node's network namespace."""
@@ -125,10 +133,10 @@ class NodeLink:
         return found
 
 
-def _ip(arguments: str) -> None:
-    done = subprocess.run(["ip", *arguments.split()], capture_output=True, text=True)
+def _network(command: str) -> None:
+    done = subprocess.run(command.split(), capture_output=True, text=True)
     if done.returncode != 0:
-        raise RuntimeError(f"ip {arguments}: {done.stderr.strip()}")
+        raise RuntimeError(f"{command}: {done.stderr.strip()}")
 
 
 _CLAIMED_PORTS: set[int] = set()
@@ -298,13 +306,25 @@ def test_rollout_nodes_without_the_drivers_disk_train_through_the_object_store_a
 # worker's slot waited for a node 31 s after the cut, with Ray's defaults 80 s (one run each): a shorter test
 QUICK_HEALTH_CHECKS = {"health_check_period_ms": 1000, "health_check_timeout_ms": 2000,
                        "health_check_failure_threshold": 5}
+# an 8 MB version takes ~3.5 s over 20 Mbit/s: the learner publishes several versions while one crosses
+SLOW_LINK, WEIGHTS_BYTES = "20mbit", 8 << 20
 
 
-def test_a_rollout_node_cut_off_from_the_network_is_given_up_and_leaves_nothing_running_when_it_returns(tmp_path):
-    """Rollout node b loses its network while every process on it runs on (a partition, not a crash). Ray declares
-    it dead, its worker's slot waits for a node and the run trains on with node a. When the network comes back,
-    node b learns it was declared dead and stops with every process it ran (the rollout worker's env processes
-    too), without disturbing the run; the fragments it had cut are accounted for."""
+def _times_the_slowest_worker_caught_up(runs: Path, since_iteration: float) -> int:
+    """How often, after iteration ``since_iteration``, the weights of the rollout worker furthest behind the
+    learner came at least 5 versions closer to the learner's: a worker that loads no version only falls behind."""
+    lags = [record["rollout/version_lag_max"] for record in metric_records(runs)
+            if record.get("train/iteration", 0) > since_iteration and "rollout/version_lag_max" in record]
+    return sum(later <= earlier - 5 for earlier, later in zip(lags, lags[1:]))
+
+
+def test_a_rollout_node_keeps_loading_weights_over_a_slow_link_and_is_given_up_when_cut_off(tmp_path):
+    """Rollout node b first reaches the cluster over a slow link, where each version of the weights takes longer to
+    arrive than the learner takes to publish the next: its worker still loads one version after another. Then b
+    loses its network while every process on it runs on (a partition, not a crash). Ray declares it dead, its
+    worker's slot waits for a node and the run trains on with node a. When the network comes back, node b learns
+    it was declared dead and stops with every process it ran (the rollout worker's env processes too), without
+    disturbing the run; the fragments it had cut are accounted for."""
     from ray.util import get_node_ip_address
 
     reason = mount_namespaces_work() or network_namespaces_work()
@@ -313,7 +333,7 @@ def test_a_rollout_node_cut_off_from_the_network_is_given_up_and_leaves_nothing_
     if get_node_ip_address().startswith("127."):
         pytest.skip("Ray listens on the loopback address here, which a node in a network of its own cannot reach")
     runs, log = tmp_path / "runs", tmp_path / "placement.jsonl"
-    config = write_cluster_config(tmp_path / "cluster_config.py", log, iterations=100_000)
+    config = write_cluster_config(tmp_path / "cluster_config.py", log, iterations=100_000, ballast_bytes=WEIGHTS_BYTES)
     link = NodeLink(index=1)
     cluster, nodes = _head_and_two_rollout_nodes(runs, tmp_path, QUICK_HEALTH_CHECKS, link)
     stdout, stderr = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
@@ -321,6 +341,11 @@ def test_a_rollout_node_cut_off_from_the_network_is_given_up_and_leaves_nothing_
         _wait_for("a rollout worker on each rollout node and 2 iterations", lambda: {
             record["node"] for record in placements(log) if "rollout_node" in record["resources"]} == rollout_nodes
             and last_metrics(runs).get("train/iteration", 0) >= 2)
+        link.slow_down(SLOW_LINK)
+        slowed = last_metrics(runs)["train/iteration"]
+        _wait_for("node b's worker loading two versions over the slow link",
+                  lambda: _times_the_slowest_worker_caught_up(runs, slowed) >= 2, timeout=120)
+        link.speed_up()
         env_processes = [line for line in link.processes() if "spawn_main" in line]
         link.cut()
         _wait_for("the cut-off worker's slot waiting for a node",
