@@ -97,6 +97,30 @@ def test_a_newer_version_fetched_beside_a_stuck_fetch_overtakes_it(ray_session):
     assert applied == [(0, 0.0), (2, 2.0)] and weights.fetches == 2 and weights.fetches_overtaken == 1
 
 
+def test_an_overdue_fetch_that_arrives_first_is_applied_and_then_the_newer_one_beside_it(ray_session):
+    """Over a slow link the overdue fetch is the one nearer its end: it is not given up for the newer version."""
+    ray = ray_session
+    first, second = (ray.remote(max_concurrency=2)(Gate).remote() for _ in range(2))
+    applied: list[int] = []
+    weights = NewestWeights(lambda version, state_dict: applied.append(version))
+    try:
+        weights.offer(0, [ray.put({"w": torch.tensor(0.0)})])
+        assert weights.wait_for(0, timeout=30)
+        weights.offer(1, [first.value_when_open.remote({"w": torch.tensor(1.0)})])
+        time.sleep(1.0)  # version 1 is overdue
+        weights.offer(2, [second.value_when_open.remote({"w": torch.tensor(2.0)})])
+        time.sleep(1.0)  # version 2 is on its way beside it
+        ray.get(first.release.remote())
+        assert weights.wait_for(1, timeout=30)
+        ray.get(second.release.remote())
+        assert weights.wait_for(2, timeout=30)
+    finally:
+        weights.close()
+        for gate in (first, second):
+            ray.kill(gate)
+    assert applied == [0, 1, 2] and weights.fetches_overtaken == 0
+
+
 def test_a_first_fetch_is_waited_for_alone(ray_session):
     """Until one fetch has shown how long a fetch takes, a slow first one is not joined by a second, which would
     share a slow link with it."""
