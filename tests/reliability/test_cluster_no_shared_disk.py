@@ -345,6 +345,7 @@ def test_a_rollout_node_keeps_loading_weights_over_a_slow_link_and_is_given_up_w
         slowed = last_metrics(runs)["train/iteration"]
         _wait_for("node b's worker loading two versions over the slow link",
                   lambda: _times_the_slowest_worker_caught_up(runs, slowed) >= 2, timeout=120)
+        slow_fetch_s = last_metrics(runs, having="rollout/weights_fetch_s_max")["rollout/weights_fetch_s_max"]
         link.speed_up()
         env_processes = [line for line in link.processes() if "spawn_main" in line]
         link.cut()
@@ -357,6 +358,7 @@ def test_a_rollout_node_keeps_loading_weights_over_a_slow_link_and_is_given_up_w
         returned = last_metrics(runs)["train/iteration"]
         _wait_for("training on after node b came back", lambda: last_metrics(runs)["train/iteration"] >= returned + 2)
     assert process.returncode == 130, stderr.read_text()[-4000:]
+    assert slow_fetch_s > 1.0, "an 8 MB version crosses 20 Mbit/s in ~3.5 s: the metric shows the slow link"
     assert env_processes, "the worker on node b stepped its envs in env processes, which must go with the node"
     _assert_the_lost_node_is_accounted_for(runs, stdout)
     for node in nodes:

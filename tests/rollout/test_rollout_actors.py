@@ -111,12 +111,15 @@ def test_manager_broadcasts_weights_recreates_dead_workers_and_records_video(ray
     # weights travel as a CPU state dict through the object store; every later step carries the version
     weights = CountingPolicy().state_dict()
     weights["action_scores"][:] = 0.0
+    assert ray.get(manager.status.remote())["rollout/weights_fetch_s_max"] == 0.0, "no version fetched yet"
     ray.get(manager.update_weights.remote(3, [ray.put(weights)]))
     wait_until(lambda: any(r[3] == 3 for r in ray.get(sink.summary.remote())))
+    wait_until(lambda: ray.get(manager.status.remote())["rollout/weights_fetch_s_max"] > 0.0)  # a status may lag
 
     # a killed worker is noticed, recreated with the latest weights, and production continues
     victim = ray.get(manager.worker_handles.remote())[0]
     victim_name = ray.get(victim.status.remote())["name"]
+    wait_until(lambda: any(r[0].startswith(writer_prefix(victim_name)) for r in ray.get(sink.summary.remote())))
     ray.kill(victim, no_restart=True)
     wait_until(lambda: ray.get(manager.status.remote())["rollout/workers_recreated"] >= 1)
     assert ray.get(sink.retired_writers.remote()) == [writer_prefix(victim_name)], "the sink refuses it from now on"
