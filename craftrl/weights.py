@@ -11,7 +11,7 @@
   object from any node holding a copy, and a pull from a node cut off from the network took 10.2 s before Ray
   tried another copy: the newer version, pulled from elsewhere, overtakes it. Over a slow link, where every
   version takes longer to arrive than the learner takes to publish the next, the older fetch arrives first and
-  is applied, where a worker that gave up each fetch for the next version loaded none (bench/notes/cluster.md).
+  is applied; a worker that gave up each fetch for the next version loaded none there (bench/notes/cluster.md).
 
 When a newer version is published, nothing holds the older object any more and Ray frees it. With
 ``rollout_config.weights_dtype: float16`` the parameters travel in half precision (half the bytes; buffers stay
