@@ -410,7 +410,7 @@ def test_ddp_across_two_nodes_one_without_the_store_trains_checkpoints_and_resum
 
     (run_dir,) = runs.iterdir()  # the resumed run continued the same directory
     assert "resuming from" in resumed.stdout and str(run_dir) in resumed.stdout
-    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    metrics = metric_records(runs)
     assert [m["train/iteration"] for m in metrics if "train/iteration" in m] == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
     assert {p.name for p in (run_dir / "checkpoints").iterdir()} == {"iter_00000002", "iter_00000004",
                                                                     "iter_00000006"}, \
