@@ -135,9 +135,9 @@ class NewestWeights:
         """At most two fetches at a time: a second one only beside a fetch on its way for longer than twice the
         last fetch and load took (``FETCH_POLL_S`` at least), and never before one fetch has shown what the link
         takes (a first fetch across a slow link would otherwise share it with a second)."""
-        if len(on_the_way) != 1:
-            return not on_the_way
-        if self.last_fetch_seconds is None:
+        if not on_the_way:
+            return True
+        if len(on_the_way) > 1 or self.last_fetch_seconds is None:
             return False
         ((_, started),) = on_the_way.values()
         return time.monotonic() - started > max(FETCH_POLL_S, 2.0 * self.last_fetch_seconds)
