@@ -1,13 +1,10 @@
 """The config module the cluster tests run: rollout workers on ``rollout_node`` nodes, the learner on a
 ``learner_node`` node, and every process that builds a policy writes down its node and the resources Ray gave it
 (one JSON line in ``placement_log``), which is how a test sees where things ran. Also what the cluster tests read
-back (those lines, the run's last metrics record) and whether this machine lets a simulated node have a disk view
-of its own (a mount namespace), which the tests without a shared disk need."""
+back (those lines, the run's metrics records)."""
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 import textwrap
 from pathlib import Path
 
@@ -70,26 +67,6 @@ def write_cluster_config(path: Path, placement_log: Path, iterations: int = 4,
                                                     video_interval=video_interval, train_workers=train_workers,
                                                     ballast_bytes=ballast_bytes)))
     return path
-
-
-def mount_namespaces_work() -> str | None:
-    """None when this process may give a child its own mount namespace with a bind mount, else why not."""
-    if shutil.which("unshare") is None:
-        return "no unshare command"
-    probe = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
-                            "mount --bind /tmp /mnt && umount /mnt"], capture_output=True, text=True)
-    return None if probe.returncode == 0 else f"mount namespaces refused here: {probe.stderr.strip()[:120]}"
-
-
-def network_namespaces_work() -> str | None:
-    """None when this process may give a child a network namespace of its own, cable it to this one (a veth
-    pair) and limit the cable's rate (``tc``'s token bucket filter), else why not."""
-    if shutil.which("ip") is None or shutil.which("tc") is None:
-        return "no ip or no tc command"
-    probe = subprocess.run(["unshare", "--net", "sh", "-c", "ip link add probe0 type veth peer name probe1 && "
-                            "tc qdisc add dev probe0 root tbf rate 20mbit burst 64kbit latency 500ms"],
-                           capture_output=True, text=True)
-    return None if probe.returncode == 0 else f"network namespaces or tc refused here: {probe.stderr.strip()[:120]}"
 
 
 def placements(placement_log: Path) -> list[dict]:

@@ -8,172 +8,20 @@ empty directory, where the test finds it. ``craftrl train --address`` then runs 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
-import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 import pytest
-from cluster_config import (last_metrics, metric_records, mount_namespaces_work, network_namespaces_work,
-                            placements, write_cluster_config)
+from cluster_config import last_metrics, metric_records, placements, write_cluster_config
+
+from craftrl.utils.simulated_nodes import (NodeLink, RolloutNode, mount_namespaces_work, network_namespaces_work,
+                                           wait_for, wait_for_nodes)
 
 pytestmark = pytest.mark.ray
-
-
-class RolloutNode:
-    """A Ray node in its own mount namespace: it sees ``view`` (empty at start) where the driver sees ``hidden``.
-    With ``link``, also in a network namespace of its own, reaching the cluster only through that link."""
-
-    def __init__(self, address: str, resources: dict[str, float], hidden: Path, view: Path, worker_ports: range,
-                 link: NodeLink | None = None):
-        view.mkdir(parents=True)
-        ray_cli = Path(sys.executable).with_name("ray")
-        # `ray start` binds a few fixed default ports and socket names: a second node on this machine needs its own
-        ports = " ".join(f"--{name}={_unclaimed_port()}" for name in (
-            "node-manager-port", "object-manager-port", "metrics-export-port", "dashboard-agent-listen-port",
-            "dashboard-agent-grpc-port", "runtime-env-agent-port"))
-        self.sockets = Path(tempfile.mkdtemp(prefix="craftrl-node-"))  # short: a unix socket path has <= 107 bytes
-        ports += f" --temp-dir={self.sockets}"  # the node's sockets, e.g. the object store's, under a path of its own
-        command = (f"mount --bind {view} {hidden} && exec {ray_cli} start --address={address} --num-cpus=2 "
-                   f"--resources='{json.dumps(resources)}' --object-store-memory={256 << 20} {ports} "
-                   f"--min-worker-port={worker_ports.start} --max-worker-port={worker_ports.stop - 1} --block")
-        namespaces = ["--mount", "--propagation", "private"]
-        if link is not None:
-            command = f"{link.node_side()} && {command} --node-ip-address={link.node_ip}"
-            namespaces.insert(0, "--net")
-        self.view = view
-        self.log = view.with_name(view.name + ".log")  # beside the view, which must stay empty
-        with open(self.log, "w") as log:
-            self.process = subprocess.Popen(["unshare", *namespaces, "sh", "-c", command],
-                                            start_new_session=True, stdout=log, stderr=subprocess.STDOUT)
-        if link is not None:
-            link.attach(self.process.pid)
-
-    def describe(self) -> str:
-        """What the node's ``ray start`` and raylet said, for a test that waited for the node in vain."""
-        status = "running" if self.process.poll() is None else f"exited with {self.process.returncode}"
-        raylet = sorted(self.sockets.glob("session_*/logs/raylet.out"))
-        raylet_tail = raylet[-1].read_text(errors="replace")[-1500:] if raylet else "(no raylet.out)"
-        return (f"node {self.view.name}: ray start {status}; its output: {self.log.read_text(errors='replace')[-1500:]}"
-                f"\nraylet.out: {raylet_tail}")
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-        shutil.rmtree(self.sockets, ignore_errors=True)
-
-    def crash(self) -> None:
-        """Every process of the node dies at once, as when its machine goes down."""
-        os.killpg(self.process.pid, signal.SIGKILL)
-        self.process.wait(30)
-
-
-class NodeLink:
-    """A virtual cable (a veth pair) between this machine and a node in a network namespace of its own: the node's
-    only way to the cluster. ``slow_down`` limits its rate towards the node, as a slow or shared network would;
-    ``cut`` takes this machine's end down, so nothing passes either way while every process of the node runs on,
-    as in a network partition; ``mend`` brings it back up."""
-
-    SUBNET = "10.213.{index}.{host}"
-
-    def __init__(self, index: int):
-        self.host_end = f"crl{os.getpid() % 100_000}n{index}"  # an interface name has at most 15 characters
-        self.host_ip, self.node_ip = self.SUBNET.format(index=index, host=1), self.SUBNET.format(index=index, host=2)
-        self.namespace: str | None = None
-
-    def node_side(self) -> str:
-        """Shell run in the node's namespace before ``ray start``: wait for the cable, address it, route through it."""
-        return (f"until ip link show uplink >/dev/null 2>&1; do sleep 0.1; done; ip link set lo up && "
-                f"ip addr add {self.node_ip}/30 dev uplink && ip link set uplink up && "
-                f"ip route add default via {self.host_ip}")
-
-    def attach(self, pid: int) -> None:
-        """Plug the cable into the network namespace of process ``pid`` once that process has one of its own."""
-        own = os.readlink("/proc/self/ns/net")
-        _wait_for("the node's network namespace", lambda: os.readlink(f"/proc/{pid}/ns/net") != own, timeout=10)
-        self.namespace = os.readlink(f"/proc/{pid}/ns/net")
-        _network(f"ip link add {self.host_end} type veth peer name uplink netns {pid}")
-        _network(f"ip addr add {self.host_ip}/30 dev {self.host_end}")
-        _network(f"ip link set {self.host_end} up")
-
-    def slow_down(self, rate: str) -> None:
-        """Let at most ``rate`` (in ``tc``'s units, e.g. ``20mbit``) through to the node, queueing up to 0.5 s."""
-        _network(f"tc qdisc add dev {self.host_end} root tbf rate {rate} burst 64kbit latency 500ms")
-
-    def speed_up(self) -> None:
-        _network(f"tc qdisc del dev {self.host_end} root")
-
-    def cut(self) -> None:
-        _network(f"ip link set {self.host_end} down")
-
-    def mend(self) -> None:
-        _network(f"ip link set {self.host_end} up")
-
-    def processes(self) -> list[str]:
-        """``pid command`` of every process still in the node's network namespace."""
-        found = []
-        for proc in Path("/proc").iterdir():
-            try:
-                if proc.name.isdigit() and os.readlink(proc / "ns/net") == self.namespace:
-                    command = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-                    found.append(f"{proc.name} {command[:120]}")
-            except OSError:  # it ended while we looked
-                continue
-        return found
-
-
-def _network(command: str) -> None:
-    done = subprocess.run(command.split(), capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"{command}: {done.stderr.strip()}")
-
-
-_CLAIMED_PORTS: set[int] = set()
-
-
-def _unclaimed_port() -> int:
-    """A port no process has bound on any address (Ray's servers bind the node's address, where a port free on
-    127.0.0.1 may be taken), below the kernel's ephemeral range: an outgoing connection (Ray's processes open
-    many) can take a free ephemeral port in the seconds before ``ray start`` binds it, but never this one."""
-    ephemeral_start = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    for port in range(24000, ephemeral_start):
-        if port in _CLAIMED_PORTS:
-            continue
-        with socket.socket() as probe:
-            try:
-                probe.bind(("0.0.0.0", port))
-            except OSError:
-                continue
-        _CLAIMED_PORTS.add(port)
-        return port
-    raise RuntimeError(f"no free port between 24000 and {ephemeral_start}")
-
-
-def _wait_for_nodes(address: str, count: int, nodes: list[RolloutNode], timeout: float = 90.0) -> set[str]:
-    """The ids of the cluster's live nodes once there are ``count`` (asked through Ray's state API: this test
-    process may hold a Ray connection of its own already, to the test session's local Ray)."""
-    from ray.util.state import list_nodes
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and all(node.process.poll() is None for node in nodes):
-        alive = {node.node_id for node in list_nodes(address=address, filters=[("state", "=", "ALIVE")],
-                                                     raise_on_missing_output=False)}
-        if len(alive) >= count:
-            return alive
-        time.sleep(0.5)
-    raise TimeoutError(f"fewer than {count} Ray nodes after {timeout - (deadline - time.monotonic()):.0f} s\n"
-                       + "\n".join(node.describe() for node in nodes))
 
 
 def _head_and_two_rollout_nodes(runs: Path, tmp_path: Path, system_config: dict | None = None,
@@ -197,14 +45,6 @@ def _files_under(root: Path) -> list[str]:
     return sorted(str(path.relative_to(root)) for path in root.rglob("*"))
 
 
-def _wait_for(what: str, condition, timeout: float = 180.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what}: not within {timeout:.0f} s")
-        time.sleep(1.0)
-
-
 @contextlib.contextmanager
 def _training_on(cluster, nodes: list[RolloutNode], config: Path, runs: Path, stdout: Path, stderr: Path):
     """``craftrl train`` from the driver's view once the head and ``nodes`` are up, its output in ``stdout`` and
@@ -214,7 +54,7 @@ def _training_on(cluster, nodes: list[RolloutNode], config: Path, runs: Path, st
     process = None
     try:
         head = cluster.head_node.node_id
-        rollout_nodes = _wait_for_nodes(cluster.address, 1 + len(nodes), nodes) - {head}
+        rollout_nodes = wait_for_nodes(cluster.address, 1 + len(nodes), nodes) - {head}
         with open(stdout, "w") as out, open(stderr, "w") as err:
             process = subprocess.Popen(
                 [sys.executable, "-m", "craftrl.cli.main", "train", str(config), f"output_root={runs}",
@@ -264,19 +104,19 @@ def test_rollout_nodes_without_the_drivers_disk_train_through_the_object_store_a
     cluster, nodes = _head_and_two_rollout_nodes(runs, tmp_path)
     stdout, stderr = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
     with _training_on(cluster, nodes, config, runs, stdout, stderr) as (process, head, rollout_nodes):
-        _wait_for("2 iterations", lambda: last_metrics(runs).get("train/iteration", 0) >= 2)
-        _wait_for("a rollout worker on each rollout node", lambda: {
+        wait_for("2 iterations", lambda: last_metrics(runs).get("train/iteration", 0) >= 2)
+        wait_for("a rollout worker on each rollout node", lambda: {
             record["node"] for record in placements(log) if "rollout_node" in record["resources"]} == rollout_nodes)
         actors = list_actors(address=cluster.address, detail=True, limit=1000, raise_on_missing_output=False)
         before_crash = placements(log)
         nodes[1].crash()
-        _wait_for("the lost worker's slot waiting for a node",
+        wait_for("the lost worker's slot waiting for a node",
                   lambda: last_metrics(runs).get("rollout/workers_waiting_for_node") == 1.0)
         before = last_metrics(runs)["train/iteration"]
-        _wait_for("training on with the other node", lambda: last_metrics(runs)["train/iteration"] >= before + 2)
+        wait_for("training on with the other node", lambda: last_metrics(runs)["train/iteration"] >= before + 2)
         nodes.append(RolloutNode(cluster.address, {"rollout_node": 1}, runs, tmp_path / "view-c", range(23000, 23200)))
-        joined = _wait_for_nodes(cluster.address, 3, nodes[-1:]) - {head}
-        _wait_for("the slot back on the new node", lambda: last_metrics(runs).get("rollout/workers_waiting_for_node")
+        joined = wait_for_nodes(cluster.address, 3, nodes[-1:]) - {head}
+        wait_for("the slot back on the new node", lambda: last_metrics(runs).get("rollout/workers_waiting_for_node")
                   == 0.0 and len({record["node"] for record in placements(log)} & joined) == 2)
     assert process.returncode == 130, stderr.read_text()[-4000:]
 
@@ -338,25 +178,25 @@ def test_a_rollout_node_keeps_loading_weights_over_a_slow_link_and_is_given_up_w
     cluster, nodes = _head_and_two_rollout_nodes(runs, tmp_path, QUICK_HEALTH_CHECKS, link)
     stdout, stderr = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
     with _training_on(cluster, nodes, config, runs, stdout, stderr) as (process, head, rollout_nodes):
-        _wait_for("a rollout worker on each rollout node and 2 iterations", lambda: {
+        wait_for("a rollout worker on each rollout node and 2 iterations", lambda: {
             record["node"] for record in placements(log) if "rollout_node" in record["resources"]} == rollout_nodes
             and last_metrics(runs).get("train/iteration", 0) >= 2)
         link.slow_down(SLOW_LINK)
         slowed = last_metrics(runs)["train/iteration"]
-        _wait_for("node b's worker loading two versions over the slow link",
+        wait_for("node b's worker loading two versions over the slow link",
                   lambda: _times_the_slowest_worker_caught_up(runs, slowed) >= 2, timeout=120)
         slow_fetch_s = last_metrics(runs, having="rollout/weights_fetch_s_max")["rollout/weights_fetch_s_max"]
         link.speed_up()
         env_processes = [line for line in link.processes() if "spawn_main" in line]
         link.cut()
-        _wait_for("the cut-off worker's slot waiting for a node",
+        wait_for("the cut-off worker's slot waiting for a node",
                   lambda: last_metrics(runs).get("rollout/workers_waiting_for_node") == 1.0)
         before = last_metrics(runs)["train/iteration"]
-        _wait_for("training on with node a", lambda: last_metrics(runs)["train/iteration"] >= before + 2)
+        wait_for("training on with node a", lambda: last_metrics(runs)["train/iteration"] >= before + 2)
         link.mend()
-        _wait_for("node b stopped with everything it ran", lambda: not link.processes(), timeout=90)
+        wait_for("node b stopped with everything it ran", lambda: not link.processes(), timeout=90)
         returned = last_metrics(runs)["train/iteration"]
-        _wait_for("training on after node b came back", lambda: last_metrics(runs)["train/iteration"] >= returned + 2)
+        wait_for("training on after node b came back", lambda: last_metrics(runs)["train/iteration"] >= returned + 2)
     assert process.returncode == 130, stderr.read_text()[-4000:]
     assert slow_fetch_s > 1.0, "an 8 MB version crosses 20 Mbit/s in ~3.5 s: the metric shows the slow link"
     assert env_processes, "the worker on node b stepped its envs in env processes, which must go with the node"
@@ -391,7 +231,7 @@ def test_ddp_across_two_nodes_one_without_the_store_trains_checkpoints_and_resum
                        range(21000, 21200))
     try:
         head = cluster.head_node.node_id
-        (other,) = _wait_for_nodes(cluster.address, 2, [node]) - {head}
+        (other,) = wait_for_nodes(cluster.address, 2, [node]) - {head}
         first = _train(config, runs, cluster.address)
         actors = list_actors(address=cluster.address, detail=True, limit=1000, raise_on_missing_output=False)
         resumed = _train(config, runs, cluster.address, "train_config.resume=latest",

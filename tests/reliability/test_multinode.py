@@ -13,7 +13,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from cluster_config import last_metrics, mount_namespaces_work, placements, write_cluster_config
+from cluster_config import last_metrics, placements, write_cluster_config
+
+from craftrl.utils.simulated_nodes import mount_namespaces_work
 
 pytestmark = pytest.mark.ray
 
