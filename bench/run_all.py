@@ -24,6 +24,7 @@ SCRIPTS = [["env_throughput.py"], ["policy_inference.py"], ["learner_step.py"], 
            # simulated clusters on this machine: fragments into the buffer, a VPT-2x policy out to 4 nodes (~12 GB)
            ["cluster_transport.py"], ["weight_broadcast.py", "--versions", "6"],
            ["weight_broadcast.py", "--versions", "6", "--weights-dtype", "float16"],
+           ["slow_link.py"],  # a node behind a 20 Mbit/s link (network namespaces: root only): about 8 minutes
            ["gpu_vpt.py"],  # GPU only: skipped without CUDA
            # learning runs: about 5 minutes and then 3 x 20 minutes
            ["cartpole_steps.py", "--seeds", "0", "1", "2", "--write-results"],
@@ -36,6 +37,7 @@ SCRIPTS = [["env_throughput.py"], ["policy_inference.py"], ["learner_step.py"], 
            ["crafter_score.py", "--seeds", "0", "1", "2", "--write-results"]]
 LONG = {"peers.py", "crafter_score.py"}
 GPU_ONLY = {"gpu_vpt.py"}
+NEEDS_NAMESPACES = {"slow_link.py"}
 
 
 def main() -> int:
@@ -53,6 +55,10 @@ def main() -> int:
         path = BENCH / script
         if not path.exists() or (args.skip_long and script in LONG) or (script in GPU_ONLY and not _has_cuda()):
             continue
+        unable = _why_no_simulated_links() if script in NEEDS_NAMESPACES else None
+        if unable:
+            print(f"== {script}: skipped, {unable}", flush=True)
+            continue
         print(f"== {script} {' '.join(arguments)}", flush=True)
         result = subprocess.run([sys.executable, str(path), *arguments], cwd=ROOT, capture_output=True, text=True)
         sys.stdout.write(result.stdout[-4000:])
@@ -67,6 +73,12 @@ def main() -> int:
         print(f"benchmarks failed: {', '.join(failures)}", file=sys.stderr)
         return 1
     return 0
+
+
+def _why_no_simulated_links() -> str | None:
+    from craftrl.utils.simulated_nodes import mount_namespaces_work, network_namespaces_work
+
+    return mount_namespaces_work() or network_namespaces_work()
 
 
 def _has_cuda() -> bool:

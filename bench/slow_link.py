@@ -1,0 +1,188 @@
+"""Benchmark: how often a rollout node behind a slow link gets a new version of the weights, against the link's rate.
+
+A Ray head on this machine publishes a version every ``--period`` seconds through the run's own path
+(:class:`craftrl.weights.WeightPublisher`, one ``ray.put`` per version); a second Ray node, in network and mount
+namespaces of its own (:mod:`craftrl.utils.simulated_nodes`), reaches the head only through a virtual cable that
+``tc``'s token bucket filter limits to ``--rate``. On that node a rollout worker's weight path alone
+(:class:`craftrl.weights.NewestWeights` loading into a policy of ``MB`` megabytes) keeps up with the newest version.
+The learner publishes faster than a version crosses the link, so the node can only load one version after another:
+the figure is the seconds between two versions loaded on the node, against a plain TCP copy of one version's bytes
+over the same link. Ray retries a pull that has not finished after ``object_manager_pull_timeout_ms`` (10 s by
+default), so each case names that setting too.
+
+Each case in ``--cases`` is ``MB:PULL_TIMEOUT_MS`` (``default`` for Ray's own) and gets a fresh cluster. Needs root,
+``unshare``, ``nsenter``, ``ip`` and ``tc``. Writes bench/results/slow_link.md; the last line is
+``P10 slow_link_efficiency=<link time / seconds between versions, first case>``.
+
+    .venv/bin/python bench/slow_link.py [--rate 20mbit] [--cases 16:default 32:default 32:60000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from machine import describe_machine
+
+RESULTS = Path(__file__).resolve().parent / "results"
+WARM_UP_VERSIONS = 2  # the first fetches over the slowed link start side by side with no measure yet: not counted
+CASE_TIMEOUT_S = 600.0
+
+
+class WeightsHolder:
+    """A rollout worker's weight path alone: a policy of ``nbytes`` bytes kept at the newest version offered."""
+
+    def __init__(self, nbytes: int) -> None:
+        import torch
+
+        from craftrl.weights import NewestWeights
+
+        torch.set_num_threads(1)
+        self.policy = torch.nn.Linear(nbytes // 4, 1, bias=False)
+        self.applied: list[tuple[int, float]] = []  # (version, time.time() when loaded)
+        self.weights = NewestWeights(self._apply)
+
+    def _apply(self, version: int, state_dict: dict) -> None:
+        self.policy.load_state_dict(state_dict)
+        self.applied.append((version, time.time()))
+
+    def offer(self, version: int, refs: list) -> None:
+        self.weights.offer(version, refs)
+
+    def report(self) -> dict:
+        weights = self.weights
+        return {"applied": list(self.applied), "fetches": weights.fetches, "fetch_seconds": weights.fetch_seconds,
+                "overtaken": weights.fetches_overtaken, "error": weights.error}
+
+
+def run_case(megabytes: int, pull_timeout_ms: int | None, rate: str, period: float, versions: int,
+             scratch: Path) -> dict:
+    """One fresh cluster: the node joins over a fast link, the link is slowed, the learner publishes every
+    ``period`` s until the node has loaded ``WARM_UP_VERSIONS + versions`` versions since the slow-down."""
+    import ray
+    import torch
+    from ray.cluster_utils import Cluster
+
+    from craftrl.utils.simulated_nodes import NodeLink, RolloutNode, wait_for_nodes
+    from craftrl.weights import WeightPublisher
+
+    nbytes = megabytes << 20
+    system_config = {} if pull_timeout_ms is None else {"object_manager_pull_timeout_ms": pull_timeout_ms}
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": True,
+                                                            "_system_config": system_config})
+    link = NodeLink(index=7)
+    hidden = scratch / "hidden"
+    hidden.mkdir(exist_ok=True)
+    node = RolloutNode(cluster.address, {"slow_node": 1}, hidden, scratch / f"view-{megabytes}-{pull_timeout_ms}",
+                       range(21000, 21200), link)
+    try:
+        wait_for_nodes(cluster.address, 2, [node])
+        ray.init(address=cluster.address)
+        holder = ray.remote(WeightsHolder).options(num_cpus=0, resources={"slow_node": 1}).remote(nbytes)
+        publisher = WeightPublisher(None)
+        weights = torch.zeros(1, nbytes // 4)
+        published = 0
+
+        def publish() -> None:
+            nonlocal published
+            weights.fill_(published)
+            publisher.publish(published, {"weight": weights})
+            holder.offer.remote(published, [publisher.latest[1]])
+            published += 1
+
+        publish()
+        while not ray.get(holder.report.remote())["applied"]:  # the first version, over the fast link
+            time.sleep(0.2)
+        link.slow_down(rate)
+        copy_s = link.copy_seconds(nbytes)
+        slowed = time.time()
+        wanted = WARM_UP_VERSIONS + versions
+        deadline = time.monotonic() + CASE_TIMEOUT_S
+        while time.monotonic() < deadline:
+            publish()
+            report = ray.get(holder.report.remote())
+            if sum(at > slowed for _, at in report["applied"]) >= wanted:
+                break
+            time.sleep(period)
+        else:
+            raise TimeoutError(f"{megabytes} MB: fewer than {wanted} versions loaded over the slow link")
+    finally:
+        ray.shutdown()
+        node.stop()
+        cluster.shutdown()
+    after = [at for _, at in report["applied"] if at > slowed]
+    loaded = [slowed, *after]
+    gaps = [later - earlier for earlier, later in zip(loaded, loaded[1:])][WARM_UP_VERSIONS:]
+    return {"megabytes": megabytes, "pull_timeout_ms": pull_timeout_ms, "copy_s": copy_s, "gaps": gaps,
+            "warm_up": [later - earlier for earlier, later in zip(loaded, loaded[1:])][:WARM_UP_VERSIONS],
+            "published": published, "overtaken": report["overtaken"], "error": report["error"]}
+
+
+def parse_case(text: str) -> tuple[int, int | None]:
+    megabytes, _, timeout = text.partition(":")
+    if not megabytes.isdigit() or not (timeout == "default" or timeout.isdigit()):
+        raise SystemExit(f"--cases: expected MB:PULL_TIMEOUT_MS or MB:default (e.g. 16:default), got {text!r}")
+    return int(megabytes), None if timeout == "default" else int(timeout)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rate", default="20mbit", help="the link's rate towards the node, in tc's units")
+    parser.add_argument("--cases", nargs="+", default=["16:default", "32:default", "32:60000"],
+                        help="MB:PULL_TIMEOUT_MS per case (default: Ray's own pull timeout)")
+    parser.add_argument("--period", type=float, default=0.25, help="seconds between two published versions")
+    parser.add_argument("--versions", type=int, default=4, help="versions timed per case, after the warm-up")
+    args = parser.parse_args()
+    cases = [parse_case(text) for text in args.cases]
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    from ray.util import get_node_ip_address
+
+    from craftrl.utils.simulated_nodes import mount_namespaces_work, network_namespaces_work
+
+    reason = mount_namespaces_work() or network_namespaces_work()
+    if reason is None and get_node_ip_address().startswith("127."):
+        reason = "Ray listens on the loopback address here, which a node in a network of its own cannot reach"
+    if reason:
+        raise SystemExit(f"slow_link: cannot simulate a node behind a link here: {reason}")
+    results = []
+    with tempfile.TemporaryDirectory(prefix="craftrl-slow-link-") as scratch:
+        for megabytes, pull_timeout_ms in cases:
+            result = run_case(megabytes, pull_timeout_ms, args.rate, args.period, args.versions, Path(scratch))
+            results.append(result)
+            print(f"{megabytes} MB, pull timeout {pull_timeout_ms or 'default'}: copy {result['copy_s']:.1f} s, "
+                  f"versions loaded every {', '.join(f'{gap:.1f}' for gap in result['gaps'])} s "
+                  f"(warm-up {', '.join(f'{gap:.1f}' for gap in result['warm_up'])})", flush=True)
+    command = "python bench/slow_link.py " + " ".join(sys.argv[1:])
+    rows = []
+    for result in results:
+        median = statistics.median(result["gaps"])
+        result["efficiency"] = result["copy_s"] / median
+        rows.append(f"| {result['megabytes']} | {result['pull_timeout_ms'] or '10000 (Ray default)'} | "
+                    f"{result['copy_s']:.1f} | {', '.join(f'{gap:.1f}' for gap in result['warm_up'])} | "
+                    f"{', '.join(f'{gap:.1f}' for gap in result['gaps'])} | {median:.1f} | "
+                    f"{result['efficiency']:.2f} | {result['overtaken']} |")
+    lines = [
+        "## Weights over a slow link (`bench/slow_link.py`)", "",
+        f"`{command.strip()}`, {datetime.date.today().isoformat()}, {describe_machine()}. A Ray node in a network "
+        f"namespace of its own reaches the head only through a cable limited to {args.rate} (`tc` token bucket "
+        f"filter); the head publishes a version every {args.period} s, faster than one crosses, and the node's "
+        "`NewestWeights` loads one version after another. Seconds between two versions loaded on the node, after "
+        f"{WARM_UP_VERSIONS} warm-up versions (the first fetches over the slowed link start side by side), against "
+        "a plain TCP copy of one version's bytes over the same cable; efficiency = copy / median.", "",
+        "| MB per version | pull timeout ms | TCP copy s | warm-up s | between versions s | median s | efficiency "
+        "| fetches overtaken |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|", *rows, ""]
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "slow_link.md").write_text("\n".join(lines))
+    print(f"P10 slow_link_efficiency={results[0]['efficiency']:.2f}")
+
+
+if __name__ == "__main__":
+    main()
