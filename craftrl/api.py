@@ -12,6 +12,7 @@ before anything starts, so a typo fails in one line instead of after Ray and the
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -72,6 +73,7 @@ def start_trainer(policy_generator: Callable[[], Any], env_generator: Callable[[
     from craftrl.run_dir import RunDirectory
     from craftrl.system import METRICS, find
     from craftrl.train.trainer import run_trainer
+    from craftrl.weights import pull_retry_advice, ray_pull_timeout_ms
 
     config = _absolute_paths(_validated(policy_generator, env_generator, online_cfg))
     if whole_config is not None and not isinstance(whole_config, str):
@@ -85,8 +87,9 @@ def start_trainer(policy_generator: Callable[[], Any], env_generator: Callable[[
         run_dir = str(directory.root)
     if find(METRICS) is None:
         start_metrics_sink(run_dir, config)
+    slow_pulls = functools.partial(pull_retry_advice, pull_timeout_ms=ray_pull_timeout_ms())
     with ProgressDisplay(Path(run_dir) / "metrics.jsonl", config.train_config.num_iterations,
-                         config.logger_config.console_interval):
+                         config.logger_config.console_interval, advice=(slow_pulls,)):
         return run_trainer(policy_generator, config_to_dict(config), storage_path=str(Path(run_dir) / "ray_train"))
 
 

@@ -13,7 +13,9 @@ import math
 import sys
 import threading
 from pathlib import Path
-from typing import Any, Mapping, TextIO
+from typing import Any, Callable, Mapping, TextIO
+
+Advice = Callable[[Mapping[str, Any]], str | None]  # a console line a record calls for, or None
 
 HEADLINE = (("rollout/sps", "{:.0f} sps"), ("episodes/return_mean", "return {:.2f}"),
             ("episodes/cows_killed_mean", "cows {:.2f}"), ("data/version_lag_mean", "lag {:.1f}"))
@@ -68,11 +70,12 @@ class ProgressDisplay:
     """Shows the newest training record while the run goes on (a context manager around the blocking ``fit``).
 
     On a terminal, ``rich`` keeps one live line with a bar; elsewhere a plain line every ``interval`` seconds
-    (0: every record); when the display closes, the last record is shown if it was not yet.
+    (0: every record); when the display closes, the last record is shown if it was not yet. Each of ``advice``
+    looks at every record (of any component) and the first line it returns is shown, once per run.
     """
 
     def __init__(self, metrics_path: Path, num_iterations: int | None, interval: float,
-                 stream: TextIO | None = None, live: bool | None = None) -> None:
+                 stream: TextIO | None = None, live: bool | None = None, advice: tuple[Advice, ...] = ()) -> None:
         self.tail = MetricsTail(metrics_path)
         self.num_iterations = num_iterations
         self.interval = interval
@@ -80,6 +83,7 @@ class ProgressDisplay:
         self.live = self.stream.isatty() if live is None else live
         self.latest: dict[str, Any] | None = None
         self._printed: dict[str, Any] | None = None  # the record of the last plain line
+        self._advice = list(advice)  # those that have not spoken yet
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="craftrl-progress", daemon=True)
         self._rich_live = None
@@ -106,6 +110,7 @@ class ProgressDisplay:
         """Read what the run logged since the last update and show it. Plain lines are spaced by the records' own
         times (``interval`` seconds of the run apart), so a burst of records read at once keeps its lines."""
         for record in self.tail.read():
+            self._advise(record)
             if progress_line(record) is None:
                 continue
             self.latest = record
@@ -116,6 +121,17 @@ class ProgressDisplay:
             self._rich_live.update(self._renderable())
         elif final and self.latest is not None and self.latest is not self._printed:
             self._print(self.latest)
+
+    def _advise(self, record: dict[str, Any]) -> None:
+        for advice in list(self._advice):
+            line = advice(record)
+            if line is None:
+                continue
+            self._advice.remove(advice)
+            if self._rich_live is not None:
+                self._rich_live.console.print(line, markup=False, highlight=False)
+            else:
+                print(line, file=self.stream, flush=True)
 
     def _print(self, record: dict[str, Any]) -> None:
         print(progress_line(record, self.num_iterations), file=self.stream, flush=True)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import threading
 import time
 import warnings
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 import torch
@@ -35,6 +35,7 @@ import torch
 StateDict = dict[str, torch.Tensor]
 Fetches = dict[int, tuple[Any, float]]  # version -> (its ObjectRef or a state dict here, when its fetch began)
 HALF_PRECISION_LOGP_TOLERANCE = 1e-3  # largest |log-prob change| float16 parameters may cause (tests/rollout)
+RAY_DEFAULT_PULL_TIMEOUT_MS = 10_000
 FETCH_POLL_S = 0.5  # how often the loader looks at its fetches on their way, and the least patience for one
 
 
@@ -185,6 +186,31 @@ def _arrived(on_the_way: Fetches) -> list[int]:
         return []
     arrived, _ = ray.wait(list(versions), num_returns=len(versions), timeout=0)
     return [versions[ref] for ref in arrived]
+
+
+def pull_retry_advice(record: Mapping[str, Any], pull_timeout_ms: int) -> str | None:
+    """The console line for a run in which a rollout worker took longer to fetch a version than Ray's
+    ``object_manager_pull_timeout_ms``, after which Ray asks for the object again: over a 20 Mbit/s link, versions
+    then arrived at a half to a third of the link's rate, and at its rate with the setting at 60000
+    (bench/slow_link.py). None for a record that does not call for it."""
+    fetch_s = record.get("rollout/weights_fetch_s_max")
+    if not isinstance(fetch_s, (int, float)) or fetch_s * 1000 <= pull_timeout_ms:
+        return None
+    return (f"craftrl: a rollout worker took {fetch_s:.1f} s to fetch a policy version, longer than Ray's "
+            f"object_manager_pull_timeout_ms ({pull_timeout_ms} ms), after which Ray asks for it again and a slow link "
+            "carries it at a fraction of its rate; start the cluster's head with a longer one: ray start --head "
+            "--system-config '{\"object_manager_pull_timeout_ms\": 60000}' (docs/cluster.md)")
+
+
+def ray_pull_timeout_ms() -> int:
+    """``object_manager_pull_timeout_ms`` of the cluster this process is connected to (the head's setting, which
+    every process of the cluster has), or Ray's default where Ray cannot tell."""
+    import ray
+
+    try:
+        return int(ray._config.object_manager_pull_timeout_ms())
+    except Exception:  # a private API: its absence must not stop a run
+        return RAY_DEFAULT_PULL_TIMEOUT_MS
 
 
 def publishable(state_dict: StateDict, half_precision: frozenset[str] = frozenset()) -> dict[str, Any]:

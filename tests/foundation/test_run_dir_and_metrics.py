@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 from pathlib import Path
@@ -13,6 +14,7 @@ from craftrl.config.schema import LoggerConfig
 from craftrl.metrics import JsonlSink, MetricsLogger, read_jsonl, resolve_wandb_mode
 from craftrl.progress import ProgressDisplay, progress_line
 from craftrl.run_dir import RunDirectory
+from craftrl.weights import pull_retry_advice
 
 
 def test_run_directory_layout_and_path_resolution(tmp_path: Path):
@@ -107,6 +109,22 @@ def test_progress_display_on_a_terminal_is_one_live_line_with_a_bar(tmp_path: Pa
         display.update()
     shown = out.getvalue()
     assert "iter 2/10 | 31.5k env steps" in shown and "━" in shown  # rich's bar
+
+
+def test_progress_display_shows_each_advice_once_when_a_record_first_calls_for_it(tmp_path: Path):
+    path, out = tmp_path / "metrics.jsonl", io.StringIO()
+    slow = functools.partial(pull_retry_advice, pull_timeout_ms=10_000)
+    display = ProgressDisplay(path, num_iterations=10, interval=0, stream=out, advice=(slow,))
+    for iteration, fetch_s in ((1, 0.2), (2, 14.1), (3, 30.0)):
+        with open(path, "a") as file:
+            file.write(json.dumps(dict(json.loads(record(iteration, iteration)),
+                                       **{"rollout/weights_fetch_s_max": fetch_s})) + "\n")
+        display.update()
+    lines = out.getvalue().splitlines()
+    assert [line.split(" | ")[0] for line in lines if line.startswith("iter")] == ["iter 1/10", "iter 2/10", "iter 3/10"]
+    advice = [line for line in lines if not line.startswith("iter")]
+    assert advice == [slow({"rollout/weights_fetch_s_max": 14.1})], "shown once, when first called for"
+    assert lines.index(advice[0]) == 1, "before the progress line of the record that called for it"
 
 
 def test_wandb_runs_offline_without_an_api_key(tmp_path: Path, monkeypatch):

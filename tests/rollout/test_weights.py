@@ -6,7 +6,7 @@ import time
 
 import torch
 
-from craftrl.weights import NewestWeights
+from craftrl.weights import NewestWeights, pull_retry_advice, ray_pull_timeout_ms
 
 
 def test_a_busy_loader_skips_every_superseded_version_and_never_goes_back():
@@ -224,3 +224,25 @@ def test_half_precision_weights_move_the_rollouts_log_probs_less_than_the_stated
         names = {name for name, _ in policy.named_parameters()}
         change = _log_prob_change(policy, names, shape, batch, time)
         assert 0 < change <= HALF_PRECISION_LOGP_TOLERANCE, change
+
+
+def test_a_fetch_slower_than_rays_pull_timeout_calls_for_the_head_setting_that_stops_the_resends():
+    assert pull_retry_advice({"rollout/weights_fetch_s_max": 9.9}, pull_timeout_ms=10_000) is None
+    assert pull_retry_advice({"rollout/weights_fetch_s_max": 14.0}, pull_timeout_ms=60_000) is None
+    assert pull_retry_advice({"replay/added": 5.0}, pull_timeout_ms=10_000) is None  # another component's record
+    line = pull_retry_advice({"rollout/weights_fetch_s_max": 14.1}, pull_timeout_ms=10_000)
+    assert line is not None and "14.1 s" in line and "(10000 ms)" in line
+    assert "--system-config '{\"object_manager_pull_timeout_ms\": 60000}'" in line
+
+
+def test_the_pull_timeout_read_is_the_one_the_ray_instance_was_started_with():
+    import subprocess
+    import sys
+
+    program = ("import ray\n"
+               "from craftrl.weights import ray_pull_timeout_ms\n"
+               "ray.init(num_cpus=1, include_dashboard=False, _system_config={'object_manager_pull_timeout_ms': 43210})\n"
+               "print(ray_pull_timeout_ms())\n")
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[-1] == "43210"
