@@ -121,7 +121,8 @@ def test_progress_display_shows_each_advice_once_when_a_record_first_calls_for_i
                                        **{"rollout/weights_fetch_s_max": fetch_s})) + "\n")
         display.update()
     lines = out.getvalue().splitlines()
-    assert [line.split(" | ")[0] for line in lines if line.startswith("iter")] == ["iter 1/10", "iter 2/10", "iter 3/10"]
+    shown = [line.split(" | ")[0] for line in lines if line.startswith("iter")]
+    assert shown == ["iter 1/10", "iter 2/10", "iter 3/10"]
     advice = [line for line in lines if not line.startswith("iter")]
     assert advice == [slow({"rollout/weights_fetch_s_max": 14.1})], "shown once, when first called for"
     assert lines.index(advice[0]) == 1, "before the progress line of the record that called for it"

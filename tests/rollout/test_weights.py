@@ -241,7 +241,8 @@ def test_the_pull_timeout_read_is_the_one_the_ray_instance_was_started_with():
 
     program = ("import ray\n"
                "from craftrl.weights import ray_pull_timeout_ms\n"
-               "ray.init(num_cpus=1, include_dashboard=False, _system_config={'object_manager_pull_timeout_ms': 43210})\n"
+               "ray.init(num_cpus=1, include_dashboard=False,\n"
+               "         _system_config={'object_manager_pull_timeout_ms': 43210})\n"
                "print(ray_pull_timeout_ms())\n")
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
