@@ -24,7 +24,7 @@ SCRIPTS = [["env_throughput.py"], ["policy_inference.py"], ["learner_step.py"], 
            # simulated clusters on this machine: fragments into the buffer, a VPT-2x policy out to 4 nodes (~12 GB)
            ["cluster_transport.py"], ["weight_broadcast.py", "--versions", "6"],
            ["weight_broadcast.py", "--versions", "6", "--weights-dtype", "float16"],
-           ["slow_link.py"],  # a node behind a 20 Mbit/s link (network namespaces: root only): about 8 minutes
+           ["slow_link.py"],  # a node behind a 20 Mbit/s link (network namespaces: root only): about 10 minutes
            ["gpu_vpt.py"],  # GPU only: skipped without CUDA
            # learning runs: about 5 minutes and then 3 x 20 minutes
            ["cartpole_steps.py", "--seeds", "0", "1", "2", "--write-results"],

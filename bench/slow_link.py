@@ -14,7 +14,7 @@ Each case in ``--cases`` is ``MB:PULL_TIMEOUT_MS`` (``default`` for Ray's own) a
 ``unshare``, ``nsenter``, ``ip`` and ``tc``. Writes bench/results/slow_link.md; the last line is
 ``P10 slow_link_efficiency=<link time / seconds between versions, first case>``.
 
-    .venv/bin/python bench/slow_link.py [--rate 20mbit] [--cases 16:default 32:default 32:60000]
+    .venv/bin/python bench/slow_link.py [--rate 20mbit] [--cases 16:default 16:60000 32:default 32:60000]
 """
 
 from __future__ import annotations
@@ -134,7 +134,7 @@ def parse_case(text: str) -> tuple[int, int | None]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rate", default="20mbit", help="the link's rate towards the node, in tc's units")
-    parser.add_argument("--cases", nargs="+", default=["16:default", "32:default", "32:60000"],
+    parser.add_argument("--cases", nargs="+", default=["16:default", "16:60000", "32:default", "32:60000"],
                         help="MB:PULL_TIMEOUT_MS per case (default: Ray's own pull timeout)")
     parser.add_argument("--period", type=float, default=0.25, help="seconds between two published versions")
     parser.add_argument("--versions", type=int, default=4, help="versions timed per case, after the warm-up")

@@ -120,6 +120,8 @@ class NodeLink:
     def copy_seconds(self, nbytes: int) -> float:
         """Seconds a plain TCP copy of ``nbytes`` from this machine takes to reach the node: what the link itself
         allows, to compare Ray's transfers against."""
+        if self.pid is None:
+            raise RuntimeError("NodeLink.copy_seconds: the link is not attached to a node yet")
         receive = ("import socket, sys, time\n"
                    f"connection = socket.create_connection(({self.host_ip!r}, int(sys.argv[1])))\n"
                    "started, received = time.monotonic(), 0\n"
