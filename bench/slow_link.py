@@ -63,7 +63,7 @@ class WeightsHolder:
 
 def run_case(megabytes: int, pull_timeout_ms: int | None, rate: str, period: float, versions: int,
              scratch: Path) -> dict:
-    """One fresh cluster: the node joins over a fast link, the link is slowed, the learner publishes every
+    """One fresh cluster: the node joins over a fast link, the link is slowed, the head publishes a version every
     ``period`` s until the node has loaded ``WARM_UP_VERSIONS + versions`` versions since the slow-down."""
     import ray
     import torch
@@ -116,12 +116,11 @@ def run_case(megabytes: int, pull_timeout_ms: int | None, rate: str, period: flo
         ray.shutdown()
         node.stop()
         cluster.shutdown()
-    after = [at for _, at in report["applied"] if at > slowed]
-    loaded = [slowed, *after]
-    gaps = [later - earlier for earlier, later in zip(loaded, loaded[1:])][WARM_UP_VERSIONS:]
-    return {"megabytes": megabytes, "pull_timeout_ms": pull_timeout_ms, "copy_s": copy_s, "gaps": gaps,
-            "warm_up": [later - earlier for earlier, later in zip(loaded, loaded[1:])][:WARM_UP_VERSIONS],
-            "published": published, "overtaken": report["overtaken"], "error": report["error"]}
+    loaded = [slowed, *(at for _, at in report["applied"] if at > slowed)]
+    between = [later - earlier for earlier, later in zip(loaded, loaded[1:])]
+    return {"megabytes": megabytes, "pull_timeout_ms": pull_timeout_ms, "copy_s": copy_s,
+            "warm_up": between[:WARM_UP_VERSIONS], "gaps": between[WARM_UP_VERSIONS:], "published": published,
+            "overtaken": report["overtaken"], "error": report["error"]}
 
 
 def parse_case(text: str) -> tuple[int, int | None]:

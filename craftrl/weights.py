@@ -190,10 +190,9 @@ def _arrived(on_the_way: Fetches) -> list[int]:
 
 def pull_retry_advice(record: Mapping[str, Any], pull_timeout_ms: int) -> str | None:
     """The console line for a run in which a rollout worker took longer to fetch a version than Ray's
-    ``object_manager_pull_timeout_ms``, after which Ray asks for the object again and the copy sent again slows the
-    next version past the timeout too: over a 20 Mbit/s link every later version then arrived at a half to a third
-    of the link's rate, and at its rate with the setting at 60000 (bench/slow_link.py). None for a record that does
-    not call for it."""
+    ``object_manager_pull_timeout_ms``, after which Ray asks for the object again: from then on, over a 20 Mbit/s
+    link, every later version arrived at a half to a third of the link's rate, and at its rate with the setting at
+    60000 (bench/slow_link.py). None for a record that does not call for it."""
     fetch_s = record.get("rollout/weights_fetch_s_max")
     if not isinstance(fetch_s, (int, float)) or fetch_s * 1000 <= pull_timeout_ms:
         return None
