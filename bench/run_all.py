@@ -76,9 +76,9 @@ def main() -> int:
 
 
 def _why_no_simulated_links() -> str | None:
-    from craftrl.utils.simulated_nodes import mount_namespaces_work, network_namespaces_work
+    from craftrl.utils.simulated_nodes import nodes_behind_links_work
 
-    return mount_namespaces_work() or network_namespaces_work()
+    return nodes_behind_links_work()
 
 
 def _has_cuda() -> bool:

@@ -30,6 +30,8 @@ from pathlib import Path
 
 from machine import describe_machine
 
+from craftrl.weights import RAY_DEFAULT_PULL_TIMEOUT_MS
+
 RESULTS = Path(__file__).resolve().parent / "results"
 WARM_UP_VERSIONS = 2  # the first fetches over the slowed link start side by side with no measure yet: not counted
 CASE_TIMEOUT_S = 600.0
@@ -56,9 +58,7 @@ class WeightsHolder:
         self.weights.offer(version, refs)
 
     def report(self) -> dict:
-        weights = self.weights
-        return {"applied": list(self.applied), "fetches": weights.fetches, "fetch_seconds": weights.fetch_seconds,
-                "overtaken": weights.fetches_overtaken, "error": weights.error}
+        return {"applied": list(self.applied), "overtaken": self.weights.fetches_overtaken}
 
 
 def run_case(megabytes: int, pull_timeout_ms: int | None, rate: str, period: float, versions: int,
@@ -119,8 +119,11 @@ def run_case(megabytes: int, pull_timeout_ms: int | None, rate: str, period: flo
     loaded = [slowed, *(at for _, at in report["applied"] if at > slowed)]
     between = [later - earlier for earlier, later in zip(loaded, loaded[1:])]
     return {"megabytes": megabytes, "pull_timeout_ms": pull_timeout_ms, "copy_s": copy_s,
-            "warm_up": between[:WARM_UP_VERSIONS], "gaps": between[WARM_UP_VERSIONS:], "published": published,
-            "overtaken": report["overtaken"], "error": report["error"]}
+            "warm_up": between[:WARM_UP_VERSIONS], "gaps": between[WARM_UP_VERSIONS:], "overtaken": report["overtaken"]}
+
+
+def listed(seconds: list[float]) -> str:
+    return ", ".join(f"{value:.1f}" for value in seconds)
 
 
 def parse_case(text: str) -> tuple[int, int | None]:
@@ -141,13 +144,9 @@ def main() -> None:
     cases = [parse_case(text) for text in args.cases]
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    from ray.util import get_node_ip_address
+    from craftrl.utils.simulated_nodes import nodes_behind_links_work
 
-    from craftrl.utils.simulated_nodes import mount_namespaces_work, network_namespaces_work
-
-    reason = mount_namespaces_work() or network_namespaces_work()
-    if reason is None and get_node_ip_address().startswith("127."):
-        reason = "Ray listens on the loopback address here, which a node in a network of its own cannot reach"
+    reason = nodes_behind_links_work()
     if reason:
         raise SystemExit(f"slow_link: cannot simulate a node behind a link here: {reason}")
     results = []
@@ -156,16 +155,15 @@ def main() -> None:
             result = run_case(megabytes, pull_timeout_ms, args.rate, args.period, args.versions, Path(scratch))
             results.append(result)
             print(f"{megabytes} MB, pull timeout {pull_timeout_ms or 'default'}: copy {result['copy_s']:.1f} s, "
-                  f"versions loaded every {', '.join(f'{gap:.1f}' for gap in result['gaps'])} s "
-                  f"(warm-up {', '.join(f'{gap:.1f}' for gap in result['warm_up'])})", flush=True)
+                  f"versions loaded every {listed(result['gaps'])} s (warm-up {listed(result['warm_up'])})", flush=True)
     command = "python bench/slow_link.py " + " ".join(sys.argv[1:])
     rows = []
     for result in results:
         median = statistics.median(result["gaps"])
         result["efficiency"] = result["copy_s"] / median
-        rows.append(f"| {result['megabytes']} | {result['pull_timeout_ms'] or '10000 (Ray default)'} | "
-                    f"{result['copy_s']:.1f} | {', '.join(f'{gap:.1f}' for gap in result['warm_up'])} | "
-                    f"{', '.join(f'{gap:.1f}' for gap in result['gaps'])} | {median:.1f} | "
+        timeout = result["pull_timeout_ms"] or f"{RAY_DEFAULT_PULL_TIMEOUT_MS} (Ray default)"
+        rows.append(f"| {result['megabytes']} | {timeout} | {result['copy_s']:.1f} | {listed(result['warm_up'])} | "
+                    f"{listed(result['gaps'])} | {median:.1f} | "
                     f"{result['efficiency']:.2f} | {result['overtaken']} |")
     lines = [
         "## Weights over a slow link (`bench/slow_link.py`)", "",

@@ -4,7 +4,7 @@ Each node is a ``ray start`` inside a mount namespace of its own, where an empty
 path the driver sees (the run root, say): the node's processes see that empty directory instead, as a machine
 without the driver's disk would. With a :class:`NodeLink` it also runs in a network namespace of its own and
 reaches the cluster only through that link, which can be slowed down or cut. Needs root (``unshare``), ``ip``
-and ``tc``; :func:`mount_namespaces_work` and :func:`network_namespaces_work` say why not where they are refused.
+and ``tc``; :func:`mount_namespaces_work` and :func:`nodes_behind_links_work` say why not where they are refused.
 """
 
 from __future__ import annotations
@@ -228,3 +228,14 @@ def network_namespaces_work() -> str | None:
                             "tc qdisc add dev probe0 root tbf rate 20mbit burst 64kbit latency 500ms"],
                            capture_output=True, text=True)
     return None if probe.returncode == 0 else f"network namespaces or tc refused here: {probe.stderr.strip()[:120]}"
+
+
+def nodes_behind_links_work() -> str | None:
+    """None when a node in a network namespace of its own, behind a :class:`NodeLink`, can join a Ray cluster
+    started here (both kinds of namespace work and Ray does not listen on the loopback address), else why not."""
+    from ray.util import get_node_ip_address
+
+    reason = mount_namespaces_work() or network_namespaces_work()
+    if reason is None and get_node_ip_address().startswith("127."):
+        reason = "Ray listens on the loopback address here, which a node in a network of its own cannot reach"
+    return reason

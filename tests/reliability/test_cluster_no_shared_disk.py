@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from cluster_config import last_metrics, metric_records, placements, write_cluster_config
 
-from craftrl.utils.simulated_nodes import (NodeLink, RolloutNode, mount_namespaces_work, network_namespaces_work,
+from craftrl.utils.simulated_nodes import (NodeLink, RolloutNode, mount_namespaces_work, nodes_behind_links_work,
                                            wait_for, wait_for_nodes)
 
 pytestmark = pytest.mark.ray
@@ -165,13 +165,9 @@ def test_a_rollout_node_keeps_loading_weights_over_a_slow_link_and_is_given_up_w
     worker's slot waits for a node and the run trains on with node a. When the network comes back, node b learns
     it was declared dead and stops with every process it ran (the rollout worker's env processes too), without
     disturbing the run; the fragments it had cut are accounted for."""
-    from ray.util import get_node_ip_address
-
-    reason = mount_namespaces_work() or network_namespaces_work()
+    reason = nodes_behind_links_work()
     if reason:
         pytest.skip(reason)
-    if get_node_ip_address().startswith("127."):
-        pytest.skip("Ray listens on the loopback address here, which a node in a network of its own cannot reach")
     runs, log = tmp_path / "runs", tmp_path / "placement.jsonl"
     config = write_cluster_config(tmp_path / "cluster_config.py", log, iterations=100_000, ballast_bytes=WEIGHTS_BYTES)
     link = NodeLink(index=1)

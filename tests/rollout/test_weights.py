@@ -6,7 +6,7 @@ import time
 
 import torch
 
-from craftrl.weights import NewestWeights, pull_retry_advice, ray_pull_timeout_ms
+from craftrl.weights import NewestWeights, pull_retry_advice
 
 
 def test_a_busy_loader_skips_every_superseded_version_and_never_goes_back():
