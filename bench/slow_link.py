@@ -7,14 +7,15 @@ namespaces of its own (:mod:`craftrl.utils.simulated_nodes`), reaches the head o
 (:class:`craftrl.weights.NewestWeights` loading into a policy of ``MB`` megabytes) keeps up with the newest version.
 The learner publishes faster than a version crosses the link, so the node can only load one version after another:
 the figure is the seconds between two versions loaded on the node, against a plain TCP copy of one version's bytes
-over the same link. Ray retries a pull that has not finished after ``object_manager_pull_timeout_ms`` (10 s by
-default), so each case names that setting too.
+over the same link. Ray sends an object again when its pull has not finished after
+``object_manager_pull_timeout_ms`` (10 s by default), which the publisher's shards are there to avoid, so each case
+names that setting and whether the version travels in craftrl's shards or whole, as one object.
 
-Each case in ``--cases`` is ``MB:PULL_TIMEOUT_MS`` (``default`` for Ray's own) and gets a fresh cluster. Needs root,
-``unshare``, ``nsenter``, ``ip`` and ``tc``. Writes bench/results/slow_link.md; the last line is
+Each case in ``--cases`` is ``MB:PULL_TIMEOUT_MS[:whole]`` (``default`` for Ray's own timeout) and gets a fresh
+cluster. Needs root, ``unshare``, ``nsenter``, ``ip`` and ``tc``. Writes bench/results/slow_link.md; the last line is
 ``P10 slow_link_efficiency=<link time / seconds between versions, first case>``.
 
-    .venv/bin/python bench/slow_link.py [--rate 20mbit] [--cases 16:default 16:60000 32:default 32:60000]
+    .venv/bin/python bench/slow_link.py [--rate 20mbit] [--cases 16:default 32:default 16:default:whole ...]
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ class WeightsHolder:
 
 
 def run_case(megabytes: int, pull_timeout_ms: int | None, rate: str, period: float, versions: int,
-             scratch: Path) -> dict:
+             shard_bytes: int | None, scratch: Path) -> dict:
     """One fresh cluster: the node joins over a fast link, the link is slowed, the head publishes a version every
     ``period`` s until the node has loaded ``WARM_UP_VERSIONS + versions`` versions since the slow-down."""
     import ray
@@ -79,13 +80,13 @@ def run_case(megabytes: int, pull_timeout_ms: int | None, rate: str, period: flo
     link = NodeLink(index=7)
     hidden = scratch / "hidden"
     hidden.mkdir(exist_ok=True)
-    node = RolloutNode(cluster.address, {"slow_node": 1}, hidden, scratch / f"view-{megabytes}-{pull_timeout_ms}",
-                       range(21000, 21200), link)
+    node = RolloutNode(cluster.address, {"slow_node": 1}, hidden,
+                       scratch / f"view-{megabytes}-{pull_timeout_ms}-{shard_bytes}", range(21000, 21200), link)
     try:
         wait_for_nodes(cluster.address, 2, [node])
         ray.init(address=cluster.address)
         holder = ray.remote(WeightsHolder).options(num_cpus=0, resources={"slow_node": 1}).remote(nbytes)
-        publisher = WeightPublisher(None)
+        publisher = WeightPublisher(None, shard_bytes=shard_bytes)
         weights = torch.zeros(1, nbytes // 4)
         published = 0
 
@@ -93,7 +94,7 @@ def run_case(megabytes: int, pull_timeout_ms: int | None, rate: str, period: flo
             nonlocal published
             weights.fill_(published)
             publisher.publish(published, {"weight": weights})
-            holder.offer.remote(published, [publisher.latest[1]])
+            holder.offer.remote(published, publisher.latest[1])
             published += 1
 
         publish()
@@ -118,7 +119,8 @@ def run_case(megabytes: int, pull_timeout_ms: int | None, rate: str, period: flo
         cluster.shutdown()
     loaded = [slowed, *(at for _, at in report["applied"] if at > slowed)]
     between = [later - earlier for earlier, later in zip(loaded, loaded[1:])]
-    return {"megabytes": megabytes, "pull_timeout_ms": pull_timeout_ms, "copy_s": copy_s,
+    return {"megabytes": megabytes, "pull_timeout_ms": pull_timeout_ms, "shards": len(publisher.latest[1]),
+            "copy_s": copy_s,
             "warm_up": between[:WARM_UP_VERSIONS], "gaps": between[WARM_UP_VERSIONS:], "overtaken": report["overtaken"]}
 
 
@@ -126,18 +128,22 @@ def listed(seconds: list[float]) -> str:
     return ", ".join(f"{value:.1f}" for value in seconds)
 
 
-def parse_case(text: str) -> tuple[int, int | None]:
-    megabytes, _, timeout = text.partition(":")
-    if not megabytes.isdigit() or not (timeout == "default" or timeout.isdigit()):
-        raise SystemExit(f"--cases: expected MB:PULL_TIMEOUT_MS or MB:default (e.g. 16:default), got {text!r}")
-    return int(megabytes), None if timeout == "default" else int(timeout)
+def parse_case(text: str) -> tuple[int, int | None, int | None]:
+    """``(MB, pull timeout in ms or None for Ray's, shard bytes or None for craftrl's)``."""
+    megabytes, timeout, *whole = text.split(":")
+    if not megabytes.isdigit() or not (timeout == "default" or timeout.isdigit()) or whole not in ([], ["whole"]):
+        raise SystemExit(f"--cases: expected MB:PULL_TIMEOUT_MS[:whole] with 'default' for Ray's own timeout "
+                         f"(e.g. 16:default or 16:default:whole), got {text!r}")
+    return int(megabytes), None if timeout == "default" else int(timeout), int(megabytes) << 20 if whole else None
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rate", default="20mbit", help="the link's rate towards the node, in tc's units")
-    parser.add_argument("--cases", nargs="+", default=["16:default", "16:60000", "32:default", "32:60000"],
-                        help="MB:PULL_TIMEOUT_MS per case (default: Ray's own pull timeout)")
+    parser.add_argument("--cases", nargs="+",
+                        default=["16:default", "32:default", "16:default:whole", "32:default:whole"],
+                        help="MB:PULL_TIMEOUT_MS[:whole] per case ('default': Ray's own pull timeout; 'whole': "
+                             "each version as one object instead of craftrl's shards)")
     parser.add_argument("--period", type=float, default=0.25, help="seconds between two published versions")
     parser.add_argument("--versions", type=int, default=4, help="versions timed per case, after the warm-up")
     args = parser.parse_args()
@@ -151,19 +157,21 @@ def main() -> None:
         raise SystemExit(f"slow_link: cannot simulate a node behind a link here: {reason}")
     results = []
     with tempfile.TemporaryDirectory(prefix="craftrl-slow-link-") as scratch:
-        for megabytes, pull_timeout_ms in cases:
-            result = run_case(megabytes, pull_timeout_ms, args.rate, args.period, args.versions, Path(scratch))
+        for megabytes, pull_timeout_ms, shard_bytes in cases:
+            result = run_case(megabytes, pull_timeout_ms, args.rate, args.period, args.versions,
+                              shard_bytes, Path(scratch))
             results.append(result)
-            print(f"{megabytes} MB, pull timeout {pull_timeout_ms or 'default'}: copy {result['copy_s']:.1f} s, "
-                  f"versions loaded every {listed(result['gaps'])} s (warm-up {listed(result['warm_up'])})", flush=True)
+            print(f"{megabytes} MB in {result['shards']} objects, pull timeout {pull_timeout_ms or 'default'}: "
+                  f"copy {result['copy_s']:.1f} s, versions loaded every {listed(result['gaps'])} s "
+                  f"(warm-up {listed(result['warm_up'])})", flush=True)
     command = "python bench/slow_link.py " + " ".join(sys.argv[1:])
     rows = []
     for result in results:
         median = statistics.median(result["gaps"])
         result["efficiency"] = result["copy_s"] / median
         timeout = result["pull_timeout_ms"] or f"{RAY_DEFAULT_PULL_TIMEOUT_MS} (Ray default)"
-        rows.append(f"| {result['megabytes']} | {timeout} | {result['copy_s']:.1f} | {listed(result['warm_up'])} | "
-                    f"{listed(result['gaps'])} | {median:.1f} | "
+        rows.append(f"| {result['megabytes']} | {result['shards']} | {timeout} | {result['copy_s']:.1f} | "
+                    f"{listed(result['warm_up'])} | {listed(result['gaps'])} | {median:.1f} | "
                     f"{result['efficiency']:.2f} | {result['overtaken']} |")
     lines = [
         "## Weights over a slow link (`bench/slow_link.py`)", "",
@@ -173,9 +181,9 @@ def main() -> None:
         "`NewestWeights` loads one version after another. Seconds between two versions loaded on the node, after "
         f"{WARM_UP_VERSIONS} warm-up versions (the first fetches over the slowed link start side by side), against "
         "a plain TCP copy of one version's bytes over the same cable; efficiency = copy / median.", "",
-        "| MB per version | pull timeout ms | TCP copy s | warm-up s | between versions s | median s | efficiency "
-        "| fetches overtaken |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|", *rows, ""]
+        "| MB per version | objects per version | pull timeout ms | TCP copy s | warm-up s | between versions s "
+        "| median s | efficiency | fetches overtaken |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|", *rows, ""]
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "slow_link.md").write_text("\n".join(lines))
     print(f"P10 slow_link_efficiency={results[0]['efficiency']:.2f}")

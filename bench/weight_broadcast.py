@@ -25,6 +25,7 @@ from pathlib import Path
 
 from machine import describe_machine
 
+
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -68,7 +69,10 @@ def main() -> None:
     parser.add_argument("--versions", type=int, default=3)
     parser.add_argument("--weights-dtype", choices=("float32", "float16"), default="float32",
                         help="rollout_config.weights_dtype: float16 sends the parameters in half precision")
+    parser.add_argument("--shard-mb", type=float, default=None,
+                        help="the most MB in one object of a version (default: craftrl.weights.shard_size)")
     args = parser.parse_args()
+    shard_bytes = None if args.shard_mb is None else int(args.shard_mb * 2**20)
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     import ray
@@ -95,7 +99,7 @@ def main() -> None:
         nbytes = sum(t.numel() * t.element_size() for t in learner.state_dict().values())
         manager = ray.remote(Fanout).options(num_cpus=0).remote(holders)
         half = [name for name, _ in learner.named_parameters()] if args.weights_dtype == "float16" else []
-        publisher = WeightPublisher(manager, half_precision=half)
+        publisher = WeightPublisher(manager, half_precision=half, shard_bytes=shard_bytes)
         for version in range(args.versions):
             with torch.no_grad():
                 for parameter in learner.parameters():

@@ -1,8 +1,9 @@
 """Policy weights from the learner to every rollout worker: publish a version, each worker loads the newest.
 
-* :class:`WeightPublisher` (the trainer's rank 0) puts each version into Ray's object store **once** and hands
-  ``(version, ref)`` to the rollout manager, which offers it to every worker and keeps it for the workers it
-  creates later, so a recreated worker starts from the newest weights through the same path.
+* :class:`WeightPublisher` (the trainer's rank 0) puts each version into Ray's object store **once**, as shards of
+  at most ``shard_bytes`` (:data:`SHARD_BYTES`), and hands ``(version, refs)`` to the rollout manager, which offers
+  it to every worker and keeps it for the workers it creates later, so a recreated worker starts from the newest
+  weights through the same path.
 * :class:`NewestWeights` (inside each worker) takes offers without blocking and loads them on a thread of its own:
   a worker that is behind fetches only the newest version and never a superseded one, and no actor method waits
   on a fetch (a 1 GB VPT-2x state dict takes seconds to cross a network; the manager's health checks must not).
@@ -13,7 +14,14 @@
   version takes longer to arrive than the learner takes to publish the next, the older fetch arrives first and
   is applied; a worker that gave up each fetch for the next version loaded none there (bench/notes/cluster.md).
 
-When a newer version is published, nothing holds the older object any more and Ray frees it. With
+Why shards: Ray asks a node again for an object that has not arrived after ``object_manager_pull_timeout_ms``
+(10 s by default), and the node then sends the whole object again from its first chunk, beside the copy still on its
+way. Over a slow link a large object passes that timeout, and every version after it shares the link with
+those repeated copies and passes it too (a 20 Mbit/s link carried 16-MB versions at half and 32-MB ones at a
+third of its rate; bench/slow_link.py). A shard crosses such a link in a second or two, so none is ever asked for
+again; the loader fetches a version's shards one after another, and the version arrives with its last shard.
+
+When a newer version is published, nothing holds the older objects any more and Ray frees them. With
 ``rollout_config.weights_dtype: float16`` the parameters travel in half precision (half the bytes; buffers stay
 float32), which moves the rollout's log-probs by far less than :data:`HALF_PRECISION_LOGP_TOLERANCE` (measured
 at most 3e-4 on the default config's policy with a peaked action head, 5e-5 on VPT-2x). Tensors travel as
@@ -27,13 +35,16 @@ from __future__ import annotations
 import threading
 import time
 import warnings
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 import torch
 
 StateDict = dict[str, torch.Tensor]
-Fetches = dict[int, tuple[Any, float]]  # version -> (its ObjectRef or a state dict here, when its fetch began)
+Shard = dict[str, Any]  # name -> a whole tensor (an array where numpy has its dtype) or a TensorPiece of one
+SHARD_BYTES = 4 << 20  # the smallest shard: below Ray's 5-MiB transfer chunk, ~1.7 s over a 20 Mbit/s link
+SHARDS_PER_VERSION = 16  # at most, for versions above 64 MiB: each object costs Ray a pull of its own
 HALF_PRECISION_LOGP_TOLERANCE = 1e-3  # largest |log-prob change| float16 parameters may cause (tests/rollout)
 RAY_DEFAULT_PULL_TIMEOUT_MS = 10_000
 FETCH_POLL_S = 0.5  # how often the loader looks at its fetches on their way, and the least patience for one
@@ -42,12 +53,14 @@ FETCH_POLL_S = 0.5  # how often the loader looks at its fetches on their way, an
 class WeightPublisher:
     """Rank 0 of the trainer: one object-store copy per version, offered to the rollout manager."""
 
-    def __init__(self, manager: Any, half_precision: Iterable[str] = ()) -> None:
+    def __init__(self, manager: Any, half_precision: Iterable[str] = (), shard_bytes: int | None = None) -> None:
         """``half_precision``: names of the float32 tensors to send as float16 (the policy's parameters when
-        ``rollout_config.weights_dtype`` is ``float16``)."""
+        ``rollout_config.weights_dtype`` is ``float16``); ``shard_bytes``: the most bytes one object of a version
+        holds (default :func:`shard_size` of the version)."""
         self._manager = manager
         self._half = frozenset(half_precision)
-        self.latest: tuple[int, Any] | None = None  # (version, ref): keeps the newest object alive
+        self._shard_bytes = shard_bytes
+        self.latest: tuple[int, list[Any]] | None = None  # (version, refs): keeps the newest objects alive
 
     def publish(self, version: int, state_dict: StateDict) -> float:
         """Put ``state_dict`` (moved to the CPU) into the object store and offer it; returns the seconds it took.
@@ -56,10 +69,12 @@ class WeightPublisher:
         import ray
 
         started = time.monotonic()
-        ref = ray.put(publishable(state_dict, self._half))
-        self.latest = (int(version), ref)
+        published = publishable(state_dict, self._half)
+        shard_bytes = self._shard_bytes or shard_size(sum(_nbytes(value) for value in published.values()))
+        refs = [ray.put(shard) for shard in sharded(published, shard_bytes)]
+        self.latest = (int(version), refs)
         if self._manager is not None:
-            self._manager.update_weights.remote(int(version), [ref])  # wrapped: Ray must not resolve it here
+            self._manager.update_weights.remote(int(version), refs)  # in a list: Ray must not resolve them here
         return time.monotonic() - started
 
 
@@ -81,13 +96,14 @@ class NewestWeights:
         self.fetches_overtaken = 0  # fetches left on their way: a newer version fetched beside arrived first
         self.fetch_seconds = 0.0  # from the start of each applied version's fetch to its load, summed
         self.last_fetch_seconds: float | None = None  # None until the first version is applied
+        self.last_slowest_shard_seconds = 0.0  # the applied version's slowest shard, from asked to here
         self.error: str | None = None
         self._applied_arrays: StateDict | None = None  # see _load_newest
         self._thread = threading.Thread(target=self._load_forever, name=name, daemon=True)
         self._thread.start()
 
     def offer(self, version: int, refs: list[Any]) -> None:
-        """``refs``: ``[ObjectRef]`` (or ``[state_dict]`` already in this process)."""
+        """``refs``: the version's shards, as ObjectRefs or as dicts already in this process."""
         with self._changed:
             if version > self._newest_offered:
                 self._newest_offered = int(version)
@@ -122,7 +138,7 @@ class NewestWeights:
                 if self._offered is not None and self._may_fetch_another(on_the_way):
                     version, refs = self._offered
                     self._offered = None
-                    on_the_way[version] = (refs[0], time.monotonic())
+                    on_the_way[version] = Fetch(list(refs), time.monotonic())
             try:
                 arrived = _arrived(on_the_way)
             except Exception as error:  # Ray could not tell: fetch the next version offered from scratch
@@ -140,8 +156,8 @@ class NewestWeights:
             return True
         if len(on_the_way) > 1 or self.last_fetch_seconds is None:
             return False
-        ((_, started),) = on_the_way.values()
-        return time.monotonic() - started > max(FETCH_POLL_S, 2.0 * self.last_fetch_seconds)
+        (fetch,) = on_the_way.values()
+        return time.monotonic() - fetch.started > max(FETCH_POLL_S, 2.0 * self.last_fetch_seconds)
 
     def _load_newest(self, on_the_way: Fetches, arrived: list[int]) -> Fetches:
         """Apply the newest of the ``arrived`` versions; returns the fetches on their way for newer ones.
@@ -155,49 +171,84 @@ class NewestWeights:
 
         version = max(arrived)
         self.fetches_overtaken += sum(1 for older in on_the_way if older < version and older not in arrived)
-        fetched, started = on_the_way[version]
+        fetch = on_the_way[version]
         try:
-            state_dict = received(fetched if isinstance(fetched, dict) else ray.get(fetched))
+            state_dict = received(fetch.refs if fetch.local else ray.get(fetch.refs))
             self._apply(version, state_dict)
             self._applied_arrays = state_dict
         except Exception as error:  # a version that cannot be loaded: keep acting with the last one
             self.error = f"loading weights version {version}: {type(error).__name__}: {error}"
         else:
-            took = time.monotonic() - started
+            took = time.monotonic() - fetch.started
             self.fetches += 1
             self.fetch_seconds += took
             self.last_fetch_seconds = took
+            self.last_slowest_shard_seconds = fetch.slowest_shard_s
             with self._changed:
                 self.applied_version = max(self.applied_version, version)
                 self._changed.notify_all()
         return {later: fetch for later, fetch in on_the_way.items() if later > version}
 
 
+@dataclass
+class Fetch:
+    """One version on its way to this node: its shards (ObjectRefs, or dicts already in this process), when its
+    fetch began, and how many of its shards, in order, are in this node's object store."""
+
+    refs: list[Any]
+    started: float
+    shards_here: int = 0
+    next_asked: float = 0.0  # when Ray was first asked for the next shard
+    slowest_shard_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.next_asked = self.started
+
+    @property
+    def local(self) -> bool:
+        return isinstance(self.refs[0], dict)
+
+    @property
+    def complete(self) -> bool:
+        return self.local or self.shards_here == len(self.refs)
+
+
+Fetches = dict[int, Fetch]
+
+
 def _arrived(on_the_way: Fetches) -> list[int]:
-    """The versions among ``on_the_way`` that are in this process (a state dict) or in this node's object store,
-    waiting up to ``FETCH_POLL_S`` for one to arrive."""
+    """The versions among ``on_the_way`` whose every shard is in this process or in this node's object store.
+
+    Each fetch asks Ray for its next shard only, so a slow link carries one shard per version at a time; this waits
+    up to ``FETCH_POLL_S`` for one of them to arrive."""
     import ray
 
-    local = [version for version, (fetched, _) in on_the_way.items() if isinstance(fetched, dict)]
-    if local:
-        return local
-    versions = {fetched: version for version, (fetched, _) in on_the_way.items()}
-    if not ray.wait(list(versions), num_returns=1, timeout=FETCH_POLL_S)[0]:
+    complete = [version for version, fetch in on_the_way.items() if fetch.complete]
+    if complete:
+        return complete
+    next_shards = {fetch.refs[fetch.shards_here]: fetch for fetch in on_the_way.values()}
+    if not ray.wait(list(next_shards), num_returns=1, timeout=FETCH_POLL_S)[0]:
         return []
-    arrived, _ = ray.wait(list(versions), num_returns=len(versions), timeout=0)
-    return [versions[ref] for ref in arrived]
+    here, _ = ray.wait(list(next_shards), num_returns=len(next_shards), timeout=0)
+    now = time.monotonic()
+    for ref in here:
+        fetch = next_shards[ref]
+        fetch.shards_here += 1
+        fetch.slowest_shard_s = max(fetch.slowest_shard_s, now - fetch.next_asked)
+        fetch.next_asked = now
+    return [version for version, fetch in on_the_way.items() if fetch.complete]
 
 
 def pull_retry_advice(record: Mapping[str, Any], pull_timeout_ms: int) -> str | None:
-    """The console line for a run in which a rollout worker took longer to fetch a version than Ray's
-    ``object_manager_pull_timeout_ms``, after which Ray asks for the object again: from then on, over a 20 Mbit/s
-    link, every later version arrived at a half to a third of the link's rate, and at its rate with the setting at
-    60000 (bench/slow_link.py). None for a record that does not call for it."""
-    fetch_s = record.get("rollout/weights_fetch_s_max")
-    if not isinstance(fetch_s, (int, float)) or fetch_s * 1000 <= pull_timeout_ms:
+    """The console line for a run in which one shard of a version took a rollout worker longer to fetch than Ray's
+    ``object_manager_pull_timeout_ms``, after which Ray sends it again: over a 20 Mbit/s link, every later version
+    then arrived at a half to a third of the link's rate (bench/slow_link.py with whole versions). None for a record
+    that does not call for it."""
+    shard_s = record.get("rollout/weights_shard_s_max")
+    if not isinstance(shard_s, (int, float)) or shard_s * 1000 <= pull_timeout_ms:
         return None
-    return (f"craftrl: a rollout worker took {fetch_s:.1f} s to fetch a policy version, longer than Ray's "
-            f"object_manager_pull_timeout_ms ({pull_timeout_ms} ms), after which Ray asks for it again and a slow link "
+    return (f"craftrl: a rollout worker took {shard_s:.1f} s to fetch one shard of a policy version, longer than Ray's "
+            f"object_manager_pull_timeout_ms ({pull_timeout_ms} ms), after which Ray sends it again and a slow link "
             "carries it at a fraction of its rate; start the cluster's head with a longer one: ray start --head "
             "--system-config '{\"object_manager_pull_timeout_ms\": 60000}' (docs/cluster.md)")
 
@@ -227,11 +278,75 @@ def _shareable(tensor: torch.Tensor) -> np.ndarray | torch.Tensor:
     return tensor.numpy() if tensor.dtype != torch.bfloat16 else tensor
 
 
-def received(state_dict: dict[str, Any]) -> StateDict:
-    """The tensors a worker loads from what :func:`publishable` put into the object store, without copying. The
-    arrays are read-only views of the object store, which torch warns about; nothing writes to them
-    (``load_state_dict`` copies from them, into the policy's own dtype)."""
+@dataclass
+class TensorPiece:
+    """A run of a tensor too large for one shard: the next of its elements in flat order; the shards of a version
+    hold its pieces in order."""
+
+    shape: tuple[int, ...]  # the whole tensor's
+    values: Any  # a 1-D array (or a bfloat16 tensor)
+
+
+def shard_size(version_bytes: int) -> int:
+    """The most bytes per shard for a version of ``version_bytes``: :data:`SHARD_BYTES`, or a
+    :data:`SHARDS_PER_VERSION`-th of the version where that is more (a 1 GB VPT-2x version in 16 shards of ~62 MB,
+    which cross a 100 Mbit/s link in ~5 s; bench/weight_broadcast.py)."""
+    return max(SHARD_BYTES, -(-version_bytes // SHARDS_PER_VERSION))
+
+
+def _nbytes(value: np.ndarray | torch.Tensor) -> int:
+    return value.nbytes if isinstance(value, np.ndarray) else value.numel() * value.element_size()
+
+
+def sharded(published: dict[str, Any], shard_bytes: int) -> list[Shard]:
+    """``published`` (from :func:`publishable`) as shards in the tensors' order, each of at most ``shard_bytes``
+    but for a tensor of up to twice that, which travels whole in a shard of its own (no copy to join it on arrival);
+    a larger tensor fills the current shard with a flat piece and goes on in pieces in the next ones."""
+    shards: list[Shard] = [{}]
+    room = shard_bytes
+    for name, value in published.items():
+        itemsize = value.itemsize if isinstance(value, np.ndarray) else value.element_size()
+        nbytes = _nbytes(value)
+        if room < nbytes <= 2 * shard_bytes:  # a tensor up to twice a shard travels whole, in a shard of its own
+            shards.append({})
+            room = max(shard_bytes, nbytes)
+        if nbytes <= room:
+            shards[-1][name] = value
+            room -= nbytes
+            continue
+        flat = value.reshape(-1)
+        start = 0
+        while start < len(flat):
+            if room < itemsize:
+                shards.append({})
+                room = shard_bytes
+            piece = flat[start:start + max(1, room // itemsize)]
+            if not isinstance(piece, np.ndarray):
+                piece = piece.clone()  # a torch view would carry its whole storage into the object store
+            shards[-1][name] = TensorPiece(tuple(value.shape), piece)
+            start += len(piece)
+            room -= len(piece) * itemsize
+    return [shard for shard in shards if shard]
+
+
+def received(shards: list[Shard]) -> StateDict:
+    """The tensors a worker loads from a version's shards (:func:`sharded`): whole tensors without a copy, a tensor
+    that travelled in pieces joined into one. The arrays are read-only views of the object store, which torch warns
+    about; nothing writes to them (``load_state_dict`` copies from them, into the policy's own dtype)."""
+    whole: StateDict = {}
+    pieces: dict[str, list[TensorPiece]] = {}
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-        return {name: torch.from_numpy(value) if isinstance(value, np.ndarray) else value
-                for name, value in state_dict.items()}
+        for shard in shards:
+            for name, value in shard.items():
+                if isinstance(value, TensorPiece):
+                    pieces.setdefault(name, []).append(value)
+                else:
+                    whole[name] = _tensor(value)
+        for name, parts in pieces.items():
+            whole[name] = torch.cat([_tensor(part.values) for part in parts]).view(parts[0].shape)
+    return whole
+
+
+def _tensor(value: Any) -> torch.Tensor:
+    return torch.from_numpy(value) if isinstance(value, np.ndarray) else value

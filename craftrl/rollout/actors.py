@@ -132,6 +132,7 @@ class RolloutWorker:
                 "send_failures": self.send_failures, "send_s": self.send_seconds, "error": self.error,
                 "weights_fetches": self.weights.fetches, "weights_fetch_s": self.weights.fetch_seconds,
                 "weights_last_fetch_s": self.weights.last_fetch_seconds or 0.0,
+                "weights_last_shard_s": self.weights.last_slowest_shard_seconds,
                 "weights_error": self.weights.error,
                 "alive": all(t.is_alive() for t in self._threads)}
 
@@ -321,6 +322,7 @@ class RolloutManager:
             "rollout/manager_restarted": float(self.restarted),
             "rollout/version_lag_max": float(max((latest - s.get("version", -1) for s in statuses), default=0)),
             "rollout/weights_fetch_s_max": float(max((s.get("weights_last_fetch_s", 0) for s in statuses), default=0)),
+            "rollout/weights_shard_s_max": float(max((s.get("weights_last_shard_s", 0) for s in statuses), default=0)),
             "rollout/emit_wait_s": float(totals["emit_wait_s"]),
             "rollout/weights_wait_s": float(totals["weights_wait_s"]),
             "rollout/inference_s": float(totals["inference_s"]),

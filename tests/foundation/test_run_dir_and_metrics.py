@@ -115,16 +115,16 @@ def test_progress_display_shows_each_advice_once_when_a_record_first_calls_for_i
     path, out = tmp_path / "metrics.jsonl", io.StringIO()
     slow = functools.partial(pull_retry_advice, pull_timeout_ms=10_000)
     display = ProgressDisplay(path, num_iterations=10, interval=0, stream=out, advice=(slow,))
-    for iteration, fetch_s in ((1, 0.2), (2, 14.1), (3, 30.0)):
+    for iteration, shard_s in ((1, 0.2), (2, 14.1), (3, 30.0)):
         with open(path, "a") as file:
             file.write(json.dumps(dict(json.loads(record(iteration, iteration)),
-                                       **{"rollout/weights_fetch_s_max": fetch_s})) + "\n")
+                                       **{"rollout/weights_shard_s_max": shard_s})) + "\n")
         display.update()
     lines = out.getvalue().splitlines()
     shown = [line.split(" | ")[0] for line in lines if line.startswith("iter")]
     assert shown == ["iter 1/10", "iter 2/10", "iter 3/10"]
     advice = [line for line in lines if not line.startswith("iter")]
-    assert advice == [slow({"rollout/weights_fetch_s_max": 14.1})], "shown once, when first called for"
+    assert advice == [slow({"rollout/weights_shard_s_max": 14.1})], "shown once, when first called for"
     assert lines.index(advice[0]) == 1, "before the progress line of the record that called for it"
 
 

@@ -6,7 +6,10 @@ import time
 
 import torch
 
-from craftrl.weights import NewestWeights, pull_retry_advice
+from craftrl.weights import (SHARD_BYTES, NewestWeights, TensorPiece, WeightPublisher, publishable, pull_retry_advice,
+                             received, shard_size, sharded)
+
+SMALL_SHARD_BYTES = 4096  # splits the test policies' larger tensors into pieces
 
 
 def test_a_busy_loader_skips_every_superseded_version_and_never_goes_back():
@@ -172,15 +175,73 @@ def test_a_worker_whose_every_fetch_is_slower_than_the_learner_still_loads_one_v
     assert weights.fetches_overtaken == 0, "no fetch was left on its way: each arrived and was applied"
 
 
+def _round_trip(state_dict: dict, half_precision: frozenset[str] = frozenset()) -> dict:
+    """What a worker loads of ``state_dict`` published in shards small enough to split tensors into pieces."""
+    return received(sharded(publishable(state_dict, half_precision), SMALL_SHARD_BYTES))
+
+
+def _shard_bytes(shard: dict) -> int:
+    values = [value.values if isinstance(value, TensorPiece) else value for value in shard.values()]
+    return sum(value.nbytes if hasattr(value, "nbytes") else value.numel() * value.element_size() for value in values)
+
+
+def test_shards_hold_at_most_their_bytes_and_join_into_the_exact_tensors():
+    state_dict = {"small": torch.randn(3, 5), "large": torch.randn(2, 700), "steps": torch.arange(7),
+                  "half": torch.randn(900).bfloat16(), "scalar": torch.tensor(2.0), "empty": torch.zeros(0, 4)}
+    for shard_bytes in (64, 1000, 4096, 1 << 20):
+        shards = sharded(publishable(state_dict), shard_bytes)
+        assert all(0 < _shard_bytes(shard) <= 2 * shard_bytes for shard in shards if shard.keys() - {"empty"})
+        joined = received(shards)
+        assert joined.keys() == state_dict.keys()
+        for name, tensor in state_dict.items():
+            assert joined[name].dtype == tensor.dtype and torch.equal(joined[name], tensor), (shard_bytes, name)
+    assert len(sharded(publishable(state_dict), 1000)) == 8  # 5.6 kB of "large" alone needs 6 of them
+    assert len(sharded(publishable(state_dict), 1 << 20)) == 1
+    assert shard_size(16 << 20) == SHARD_BYTES and shard_size(1 << 30) == 64 << 20  # 16 shards of a VPT-2x version
+    travels_whole = sharded(publishable(state_dict), 3000)  # "large" is less than twice that
+    assert any(set(shard) == {"large"} and not isinstance(shard["large"], TensorPiece) for shard in travels_whole)
+
+
+def test_a_version_is_applied_only_when_its_every_shard_has_arrived(ray_session):
+    """A version whose last shard is still on its way is neither applied nor waited for in ``ray.get``: a newer
+    version that arrives whole meanwhile is applied."""
+    ray = ray_session
+    gate = ray.remote(max_concurrency=2)(Gate).remote()
+    publisher = WeightPublisher(None, shard_bytes=SMALL_SHARD_BYTES)
+    versions = {version: {"first": torch.full((1000,), float(version)), "second": torch.randn(1000),
+                          "third": torch.randn(3000)} for version in range(3)}
+    applied: list[tuple[int, dict]] = []
+    weights = NewestWeights(lambda version, arrived: applied.append((version, dict(arrived))))
+    try:
+        publisher.publish(0, versions[0])
+        weights.offer(0, publisher.latest[1])
+        assert len(publisher.latest[1]) == 5  # 4 kB, then 4 kB and the start of the 12 kB, whose rest fills 3 more
+        assert weights.wait_for(0, timeout=30)
+        publisher.publish(1, versions[1])
+        *first_shards, last_shard = publisher.latest[1]
+        weights.offer(1, [*first_shards, gate.value_when_open.remote(ray.get(last_shard))])
+        time.sleep(1.5)  # version 1 is overdue
+        assert [version for version, _ in applied] == [0], "version 1 was applied before its last shard arrived"
+        publisher.publish(2, versions[2])
+        weights.offer(2, publisher.latest[1])
+        assert weights.wait_for(2, timeout=30), "the loader waited for version 1's last shard"
+    finally:
+        ray.get(gate.release.remote())
+        weights.close()
+        ray.kill(gate)
+    assert [version for version, _ in applied] == [0, 2] and weights.fetches_overtaken == 1
+    for version, arrived in applied:
+        assert all(torch.equal(arrived[name], tensor) for name, tensor in versions[version].items())
+
+
 def _log_prob_change(policy, half_names: set[str], image_shape, batch: int, time: int) -> float:
     """Largest change of the log-probs of sampled actions when ``policy`` loads its own weights as published
     with ``half_names`` in float16."""
     import copy
 
-    from craftrl.weights import publishable, received
 
     loaded = copy.deepcopy(policy)
-    loaded.load_state_dict(received(publishable(policy.state_dict(), frozenset(half_names))))
+    loaded.load_state_dict(_round_trip(policy.state_dict(), frozenset(half_names)))
     generator = torch.Generator().manual_seed(0)
     images = {"image": torch.randint(0, 256, (batch, time, *image_shape), dtype=torch.uint8, generator=generator)}
     first = torch.zeros(batch, time, dtype=torch.bool)
@@ -197,15 +258,14 @@ def _log_prob_change(policy, half_names: set[str], image_shape, batch: int, time
 
 def test_half_precision_weights_publish_parameters_as_float16_and_keep_buffers():
     from craftrl.policies import default_policy_generator
-    from craftrl.weights import publishable, received
 
     policy = default_policy_generator(encoder="tiles", channels=(16, 16), hidden_size=128, recurrent="lstm")
     parameters = {name for name, _ in policy.named_parameters()}
-    sent = received(publishable(policy.state_dict(), frozenset(parameters)))
+    sent = _round_trip(policy.state_dict(), frozenset(parameters))
     assert all(sent[name].dtype == torch.float16 for name in parameters)
     buffers = set(sent) - parameters
     assert buffers and all(sent[name].dtype == policy.state_dict()[name].dtype for name in buffers)
-    assert all(value.dtype == torch.float32 for value in received(publishable(policy.state_dict())).values()
+    assert all(value.dtype == torch.float32 for value in _round_trip(policy.state_dict()).values()
                if value.is_floating_point())
 
 
@@ -226,11 +286,13 @@ def test_half_precision_weights_move_the_rollouts_log_probs_less_than_the_stated
         assert 0 < change <= HALF_PRECISION_LOGP_TOLERANCE, change
 
 
-def test_a_fetch_slower_than_rays_pull_timeout_calls_for_the_head_setting_that_stops_the_resends():
-    assert pull_retry_advice({"rollout/weights_fetch_s_max": 9.9}, pull_timeout_ms=10_000) is None
-    assert pull_retry_advice({"rollout/weights_fetch_s_max": 14.0}, pull_timeout_ms=60_000) is None
+def test_a_shard_slower_than_rays_pull_timeout_calls_for_the_head_setting_that_stops_the_resends():
+    assert pull_retry_advice({"rollout/weights_shard_s_max": 9.9}, pull_timeout_ms=10_000) is None
+    assert pull_retry_advice({"rollout/weights_shard_s_max": 14.0}, pull_timeout_ms=60_000) is None
     assert pull_retry_advice({"replay/added": 5.0}, pull_timeout_ms=10_000) is None  # another component's record
-    line = pull_retry_advice({"rollout/weights_fetch_s_max": 14.1}, pull_timeout_ms=10_000)
+    assert pull_retry_advice({"rollout/weights_fetch_s_max": 40.0, "rollout/weights_shard_s_max": 2.0},
+                             pull_timeout_ms=10_000) is None, "a slow version in quick shards is not resent"
+    line = pull_retry_advice({"rollout/weights_shard_s_max": 14.1}, pull_timeout_ms=10_000)
     assert line is not None and "14.1 s" in line and "(10000 ms)" in line
     assert "--system-config '{\"object_manager_pull_timeout_ms\": 60000}'" in line
 
