@@ -1,9 +1,8 @@
 """Policy weights from the learner to every rollout worker: publish a version, each worker loads the newest.
 
-* :class:`WeightPublisher` (the trainer's rank 0) puts each version into Ray's object store **once**, as shards of
-  at most ``shard_bytes`` (:data:`SHARD_BYTES`), and hands ``(version, refs)`` to the rollout manager, which offers
-  it to every worker and keeps it for the workers it creates later, so a recreated worker starts from the newest
-  weights through the same path.
+* :class:`WeightPublisher` (the trainer's rank 0) puts each version into Ray's object store **once**, in shards
+  (:func:`shard_size`), and hands ``(version, refs)`` to the rollout manager, which offers it to every worker and
+  keeps it for the workers it creates later, so a recreated worker starts from the newest weights the same way.
 * :class:`NewestWeights` (inside each worker) takes offers without blocking and loads them on a thread of its own:
   a worker that is behind fetches only the newest version and never a superseded one, and no actor method waits
   on a fetch (a 1 GB VPT-2x state dict takes seconds to cross a network; the manager's health checks must not).
@@ -35,7 +34,7 @@ from __future__ import annotations
 import threading
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
@@ -198,7 +197,7 @@ class Fetch:
     refs: list[Any]
     started: float
     shards_here: int = 0
-    next_asked: float = 0.0  # when Ray was first asked for the next shard
+    next_asked: float = field(init=False)  # when Ray was first asked for the next shard
     slowest_shard_s: float = 0.0
 
     def __post_init__(self) -> None:
@@ -289,8 +288,9 @@ class TensorPiece:
 
 def shard_size(version_bytes: int) -> int:
     """The most bytes per shard for a version of ``version_bytes``: :data:`SHARD_BYTES`, or a
-    :data:`SHARDS_PER_VERSION`-th of the version where that is more (a 1 GB VPT-2x version in 16 shards of ~62 MB,
-    which cross a 100 Mbit/s link in ~5 s; bench/weight_broadcast.py)."""
+    :data:`SHARDS_PER_VERSION`-th of the version where that is more: a 0.99 GB VPT-2x version goes in 16 shards of
+    ~62 MB, each ~5 s over 100 Mbit/s, where 250 shards of 4 MiB took its broadcast to simulated nodes from ~6 to
+    ~10 s (bench/notes/cluster.md)."""
     return max(SHARD_BYTES, -(-version_bytes // SHARDS_PER_VERSION))
 
 
@@ -326,7 +326,7 @@ def sharded(published: dict[str, Any], shard_bytes: int) -> list[Shard]:
             shards[-1][name] = TensorPiece(tuple(value.shape), piece)
             start += len(piece)
             room -= len(piece) * itemsize
-    return [shard for shard in shards if shard]
+    return [shard for shard in shards if shard] or [{}]
 
 
 def received(shards: list[Shard]) -> StateDict:
