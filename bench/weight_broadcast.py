@@ -25,7 +25,6 @@ from pathlib import Path
 
 from machine import describe_machine
 
-
 RESULTS = Path(__file__).resolve().parent / "results"
 
 

@@ -239,7 +239,6 @@ def _log_prob_change(policy, half_names: set[str], image_shape, batch: int, time
     with ``half_names`` in float16."""
     import copy
 
-
     loaded = copy.deepcopy(policy)
     loaded.load_state_dict(_round_trip(policy.state_dict(), frozenset(half_names)))
     generator = torch.Generator().manual_seed(0)
