@@ -130,7 +130,8 @@ def listed(seconds: list[float]) -> str:
 
 def parse_case(text: str) -> tuple[int, int | None, int | None]:
     """``(MB, pull timeout in ms or None for Ray's, shard bytes or None for craftrl's)``."""
-    megabytes, timeout, *whole = text.split(":")
+    parts = text.split(":")
+    megabytes, timeout, whole = parts[0], (parts[1:] or [""])[0], parts[2:]
     if not megabytes.isdigit() or not (timeout == "default" or timeout.isdigit()) or whole not in ([], ["whole"]):
         raise SystemExit(f"--cases: expected MB:PULL_TIMEOUT_MS[:whole] with 'default' for Ray's own timeout "
                          f"(e.g. 16:default or 16:default:whole), got {text!r}")
