@@ -69,7 +69,7 @@ class WeightPublisher:
 
         started = time.monotonic()
         published = publishable(state_dict, self._half)
-        shard_bytes = self._shard_bytes or shard_size(sum(_nbytes(value) for value in published.values()))
+        shard_bytes = self._shard_bytes or shard_size(sum(value.nbytes for value in published.values()))
         refs = [ray.put(shard) for shard in sharded(published, shard_bytes)]
         self.latest = (int(version), refs)
         if self._manager is not None:
@@ -294,19 +294,14 @@ def shard_size(version_bytes: int) -> int:
     return max(SHARD_BYTES, -(-version_bytes // SHARDS_PER_VERSION))
 
 
-def _nbytes(value: np.ndarray | torch.Tensor) -> int:
-    return value.nbytes if isinstance(value, np.ndarray) else value.numel() * value.element_size()
-
-
 def sharded(published: dict[str, Any], shard_bytes: int) -> list[Shard]:
     """``published`` (from :func:`publishable`) as shards in the tensors' order, each of at most ``shard_bytes``
     but for a tensor of up to twice that, which travels whole in a shard of its own (no copy to join it on arrival);
     a larger tensor fills the current shard with a flat piece and goes on in pieces in the next ones."""
     shards: list[Shard] = [{}]
     room = shard_bytes
-    for name, value in published.items():
-        itemsize = value.itemsize if isinstance(value, np.ndarray) else value.element_size()
-        nbytes = _nbytes(value)
+    for name, value in published.items():  # numpy arrays and torch tensors alike have nbytes and itemsize
+        itemsize, nbytes = value.itemsize, value.nbytes
         if room < nbytes <= 2 * shard_bytes:  # a tensor up to twice a shard travels whole, in a shard of its own
             shards.append({})
             room = max(shard_bytes, nbytes)

@@ -181,8 +181,7 @@ def _round_trip(state_dict: dict, half_precision: frozenset[str] = frozenset()) 
 
 
 def _shard_bytes(shard: dict) -> int:
-    values = [value.values if isinstance(value, TensorPiece) else value for value in shard.values()]
-    return sum(value.nbytes if hasattr(value, "nbytes") else value.numel() * value.element_size() for value in values)
+    return sum((value.values if isinstance(value, TensorPiece) else value).nbytes for value in shard.values())
 
 
 def test_shards_hold_at_most_their_bytes_and_join_into_the_exact_tensors():
