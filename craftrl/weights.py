@@ -19,6 +19,8 @@ way. Over a slow link a large object passes that timeout, and every version afte
 those repeated copies and passes it too (a 20 Mbit/s link carried 16-MB versions at half and 32-MB ones at a
 third of its rate; bench/slow_link.py). A shard crosses such a link in a second or two, so none is ever asked for
 again; the loader fetches a version's shards one after another, and the version arrives with its last shard.
+Each worker reports the rate its last version came at, and the publisher sizes the next versions' shards so that
+one crosses the slowest link in a quarter of the pull timeout (:func:`shard_size`).
 
 When a newer version is published, nothing holds the older objects any more and Ray frees them. With
 ``rollout_config.weights_dtype: float16`` the parameters travel in half precision (half the bytes; buffers stay
@@ -44,22 +46,30 @@ StateDict = dict[str, torch.Tensor]
 Shard = dict[str, Any]  # name -> a whole tensor (an array where numpy has its dtype) or a TensorPiece of one
 SHARD_BYTES = 4 << 20  # the smallest shard: below Ray's 5-MiB transfer chunk, ~1.7 s over a 20 Mbit/s link
 SHARDS_PER_VERSION = 16  # at most, for versions above 64 MiB: each object costs Ray a pull of its own
+MIN_SHARD_BYTES = 256 << 10  # the least a slow link shrinks shards to: ~1 s each over 2 Mbit/s
+PULL_TIMEOUT_SHARE = 0.25  # a shard should cross the slowest link in this part of Ray's pull timeout
 HALF_PRECISION_LOGP_TOLERANCE = 1e-3  # largest |log-prob change| float16 parameters may cause (tests/rollout)
 RAY_DEFAULT_PULL_TIMEOUT_MS = 10_000
 FETCH_POLL_S = 0.5  # how often the loader looks at its fetches on their way, and the least patience for one
 
 
 class WeightPublisher:
-    """Rank 0 of the trainer: one object-store copy per version, offered to the rollout manager."""
+    """Rank 0 of the trainer: one object-store copy per version, offered to the rollout manager.
+
+    The manager answers an offer with the slowest rate at which a worker's last version reached it (bytes per
+    second, None while none came from another node); the next versions' shards are sized for that link."""
 
     def __init__(self, manager: Any, half_precision: Iterable[str] = (), shard_bytes: int | None = None) -> None:
         """``half_precision``: names of the float32 tensors to send as float16 (the policy's parameters when
         ``rollout_config.weights_dtype`` is ``float16``); ``shard_bytes``: the most bytes one object of a version
-        holds (default :func:`shard_size` of the version)."""
+        holds (default :func:`shard_size` of the version and of the slowest link the manager reported)."""
         self._manager = manager
         self._half = frozenset(half_precision)
         self._shard_bytes = shard_bytes
         self.latest: tuple[int, list[Any]] | None = None  # (version, refs): keeps the newest objects alive
+        self.link_bytes_per_s: float | None = None  # the slowest worker's last fetch, as the manager last told
+        self._link_answer: Any = None  # the manager's answer to the last offer, read at the next publish
+        self._pull_timeout_ms: int | None = None
 
     def publish(self, version: int, state_dict: StateDict) -> float:
         """Put ``state_dict`` (moved to the CPU) into the object store and offer it; returns the seconds it took.
@@ -68,13 +78,30 @@ class WeightPublisher:
         import ray
 
         started = time.monotonic()
+        self._read_link_answer()
+        if self._pull_timeout_ms is None:
+            self._pull_timeout_ms = ray_pull_timeout_ms()
         published = publishable(state_dict, self._half)
-        shard_bytes = self._shard_bytes or shard_size(sum(value.nbytes for value in published.values()))
+        shard_bytes = self._shard_bytes or shard_size(sum(value.nbytes for value in published.values()),
+                                                      self.link_bytes_per_s, self._pull_timeout_ms)
         refs = [ray.put(shard) for shard in sharded(published, shard_bytes)]
         self.latest = (int(version), refs)
-        if self._manager is not None:
-            self._manager.update_weights.remote(int(version), refs)  # in a list: Ray must not resolve them here
+        if self._manager is not None:  # refs in a list: Ray must not resolve them in the manager
+            self._link_answer = self._manager.update_weights.remote(int(version), refs)
         return time.monotonic() - started
+
+    def _read_link_answer(self) -> None:
+        """Take the manager's answer to the last offer if it has come: the slowest link's bytes per second, or
+        None while no worker has fetched a version from another node. Never waits for it."""
+        import ray
+
+        answer, self._link_answer = self._link_answer, None
+        if answer is None or not ray.wait([answer], timeout=0)[0]:
+            return
+        try:
+            self.link_bytes_per_s = ray.get(answer)
+        except Exception:  # a manager being restarted: keep the last rate
+            pass
 
 
 class NewestWeights:
@@ -96,6 +123,7 @@ class NewestWeights:
         self.fetch_seconds = 0.0  # from the start of each applied version's fetch to its load, summed
         self.last_fetch_seconds: float | None = None  # None until the first version is applied
         self.last_slowest_shard_seconds = 0.0  # the applied version's slowest shard, from asked to here
+        self.link_bytes_per_s: float | None = None  # the applied version's bytes over the time they took
         self.error: str | None = None
         self._applied_arrays: StateDict | None = None  # see _load_newest
         self._thread = threading.Thread(target=self._load_forever, name=name, daemon=True)
@@ -172,7 +200,8 @@ class NewestWeights:
         self.fetches_overtaken += sum(1 for older in on_the_way if older < version and older not in arrived)
         fetch = on_the_way[version]
         try:
-            state_dict = received(fetch.refs if fetch.local else ray.get(fetch.refs))
+            shards = fetch.refs if fetch.local else ray.get(fetch.refs)
+            state_dict = received(shards)
             self._apply(version, state_dict)
             self._applied_arrays = state_dict
         except Exception as error:  # a version that cannot be loaded: keep acting with the last one
@@ -183,6 +212,8 @@ class NewestWeights:
             self.fetch_seconds += took
             self.last_fetch_seconds = took
             self.last_slowest_shard_seconds = fetch.slowest_shard_s
+            if not fetch.local and fetch.next_asked > fetch.started:  # next_asked: when its last shard arrived
+                self.link_bytes_per_s = sum(map(bytes_in, shards)) / (fetch.next_asked - fetch.started)
             with self._changed:
                 self.applied_version = max(self.applied_version, version)
                 self._changed.notify_all()
@@ -252,6 +283,13 @@ def pull_retry_advice(record: Mapping[str, Any], pull_timeout_ms: int) -> str | 
             "--system-config '{\"object_manager_pull_timeout_ms\": 60000}' (docs/cluster.md)")
 
 
+def slowest_link_bytes_per_s(statuses: Iterable[Mapping[str, Any]]) -> float | None:
+    """The lowest ``weights_link_bytes_per_s`` among rollout workers' statuses (the rate their last version reached
+    them at), or None where no worker has fetched a version from another node."""
+    rates = [status["weights_link_bytes_per_s"] for status in statuses if status.get("weights_link_bytes_per_s")]
+    return min(rates) if rates else None
+
+
 def ray_pull_timeout_ms() -> int:
     """``object_manager_pull_timeout_ms`` of the cluster this process is connected to (the head's setting, which
     every process of the cluster has), or Ray's default where Ray cannot tell."""
@@ -286,12 +324,19 @@ class TensorPiece:
     values: Any  # a 1-D array (or a bfloat16 tensor)
 
 
-def shard_size(version_bytes: int) -> int:
+def shard_size(version_bytes: int, link_bytes_per_s: float | None = None,
+               pull_timeout_ms: int = RAY_DEFAULT_PULL_TIMEOUT_MS) -> int:
     """The most bytes per shard for a version of ``version_bytes``: :data:`SHARD_BYTES`, or a
     :data:`SHARDS_PER_VERSION`-th of the version where that is more: a 0.99 GB VPT-2x version goes in 16 shards of
-    ~62 MB, each ~5 s over 100 Mbit/s, where 250 shards of 4 MiB took its broadcast to simulated nodes from ~6 to
-    ~10 s (bench/notes/cluster.md)."""
-    return max(SHARD_BYTES, -(-version_bytes // SHARDS_PER_VERSION))
+    ~62 MB, where 250 shards of 4 MiB took its broadcast to simulated nodes from ~6 to ~10 s
+    (bench/notes/cluster.md). Less where the slowest worker's link (``link_bytes_per_s``) would carry such a
+    shard in more than :data:`PULL_TIMEOUT_SHARE` of Ray's pull timeout (so that one shard, even one tensor of twice
+    the size, arrives before Ray sends it again), down to :data:`MIN_SHARD_BYTES`."""
+    largest = max(SHARD_BYTES, -(-version_bytes // SHARDS_PER_VERSION))
+    if not link_bytes_per_s:
+        return largest
+    crosses_in_time = int(link_bytes_per_s * pull_timeout_ms / 1000 * PULL_TIMEOUT_SHARE)
+    return max(MIN_SHARD_BYTES, min(largest, crosses_in_time))
 
 
 def sharded(published: dict[str, Any], shard_bytes: int) -> list[Shard]:
@@ -322,6 +367,11 @@ def sharded(published: dict[str, Any], shard_bytes: int) -> list[Shard]:
             start += len(piece)
             room -= len(piece) * itemsize
     return [shard for shard in shards if shard] or [{}]
+
+
+def bytes_in(shard: Shard) -> int:
+    """The bytes of the tensors and pieces in ``shard``."""
+    return sum((value.values if isinstance(value, TensorPiece) else value).nbytes for value in shard.values())
 
 
 def received(shards: list[Shard]) -> StateDict:

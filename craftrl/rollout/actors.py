@@ -52,7 +52,7 @@ from craftrl.rollout.worker import EpisodeRecord, RolloutLoop, writer_prefix
 from craftrl.rollout.sinks import ReplayBufferSink
 from craftrl.system import (EPISODE_STATISTICS, METRICS, REPLAY_BUFFER, actor_placed, current_node_id, find,
                             restarted_by_ray)
-from craftrl.weights import NewestWeights
+from craftrl.weights import NewestWeights, slowest_link_bytes_per_s
 
 logger = logging.getLogger(__name__)
 MAX_MISSED_STATUS = 3
@@ -133,6 +133,7 @@ class RolloutWorker:
                 "weights_fetches": self.weights.fetches, "weights_fetch_s": self.weights.fetch_seconds,
                 "weights_last_fetch_s": self.weights.last_fetch_seconds or 0.0,
                 "weights_last_shard_s": self.weights.last_slowest_shard_seconds,
+                "weights_link_bytes_per_s": self.weights.link_bytes_per_s,
                 "weights_error": self.weights.error,
                 "alive": all(t.is_alive() for t in self._threads)}
 
@@ -285,13 +286,16 @@ class RolloutManager:
         self._monitor.start()
         return len(self.workers)
 
-    def update_weights(self, version: int, refs: list[Any]) -> None:
-        """Fan ``(version, weights ref)`` out to every worker without waiting for them to load it."""
+    def update_weights(self, version: int, refs: list[Any]) -> float | None:
+        """Fan ``(version, weights ref)`` out to every worker without waiting for them to load it; returns the
+        slowest rate at which a worker's last version reached it, for the publisher to size the next versions'
+        shards by (None while no worker has fetched one from another node)."""
         with self._lock:
             self.latest_weights = (int(version), list(refs))
             workers = list(self.workers)
         for worker in workers:
             worker.update_weights.remote(version, refs)
+        return slowest_link_bytes_per_s(self.last_status)
 
     def request_video(self, iteration: int, version: int) -> None:
         """Ask one running worker, in turn by iteration, to record its next episode (a slot waiting for a node or
@@ -323,6 +327,7 @@ class RolloutManager:
             "rollout/version_lag_max": float(max((latest - s.get("version", -1) for s in statuses), default=0)),
             "rollout/weights_fetch_s_max": float(max((s.get("weights_last_fetch_s", 0) for s in statuses), default=0)),
             "rollout/weights_shard_s_max": float(max((s.get("weights_last_shard_s", 0) for s in statuses), default=0)),
+            "rollout/weights_link_mb_per_s_min": (slowest_link_bytes_per_s(statuses) or 0.0) / 1e6,
             "rollout/emit_wait_s": float(totals["emit_wait_s"]),
             "rollout/weights_wait_s": float(totals["weights_wait_s"]),
             "rollout/inference_s": float(totals["inference_s"]),
