@@ -9,13 +9,16 @@ The learner publishes faster than a version crosses the link, so the node can on
 the figure is the seconds between two versions loaded on the node, against a plain TCP copy of one version's bytes
 over the same link. Ray sends an object again when its pull has not finished after
 ``object_manager_pull_timeout_ms`` (10 s by default), which the publisher's shards are there to avoid, so each case
-names that setting and whether the version travels in craftrl's shards or whole, as one object.
+names that setting and how the version travels: in craftrl's shards, sized by the rate the node reports for its
+last version as the rollout manager reports its slowest worker's; in shards of the size craftrl gives a version
+when no link is known (``fixed``); or whole, as one object (``whole``).
 
-Each case in ``--cases`` is ``MB:PULL_TIMEOUT_MS[:whole]`` (``default`` for Ray's own timeout) and gets a fresh
-cluster. Needs root, ``unshare``, ``nsenter``, ``ip`` and ``tc``. Writes bench/results/slow_link.md; the last line is
-``P10 slow_link_efficiency=<link time / seconds between versions, first case>``.
+Each case in ``--cases`` is ``MB:PULL_TIMEOUT_MS[:fixed|:whole]`` (``default`` for Ray's own timeout) and gets a
+fresh cluster. Needs root, ``unshare``, ``nsenter``, ``ip`` and ``tc``. Writes bench/results/slow_link.md; the last
+line is ``P10 slow_link_efficiency=<link time / seconds between versions, first case>``.
 
     .venv/bin/python bench/slow_link.py [--rate 20mbit] [--cases 16:default 32:default 16:default:whole ...]
+    .venv/bin/python bench/slow_link.py --rate 2mbit --period 2 --versions 3 --cases 8:default 8:default:fixed
 """
 
 from __future__ import annotations
@@ -31,11 +34,10 @@ from pathlib import Path
 
 from machine import describe_machine
 
-from craftrl.weights import RAY_DEFAULT_PULL_TIMEOUT_MS
+from craftrl.weights import RAY_DEFAULT_PULL_TIMEOUT_MS, shard_size
 
 RESULTS = Path(__file__).resolve().parent / "results"
 WARM_UP_VERSIONS = 2  # the first fetches over the slowed link start side by side with no measure yet: not counted
-CASE_TIMEOUT_S = 600.0
 
 
 class WeightsHolder:
@@ -55,15 +57,17 @@ class WeightsHolder:
         self.policy.load_state_dict(state_dict)
         self.applied.append((version, time.time()))
 
-    def offer(self, version: int, refs: list) -> None:
+    def update_weights(self, version: int, refs: list) -> float | None:
+        """The rollout manager's part for this one worker: take the offer, answer with the link's last rate."""
         self.weights.offer(version, refs)
+        return self.weights.link_bytes_per_s
 
     def report(self) -> dict:
         return {"applied": list(self.applied), "overtaken": self.weights.fetches_overtaken}
 
 
 def run_case(megabytes: int, pull_timeout_ms: int | None, rate: str, period: float, versions: int,
-             shard_bytes: int | None, scratch: Path) -> dict:
+             sharding: str, scratch: Path, timeout_s: float) -> dict:
     """One fresh cluster: the node joins over a fast link, the link is slowed, the head publishes a version every
     ``period`` s until the node has loaded ``WARM_UP_VERSIONS + versions`` versions since the slow-down."""
     import ray
@@ -81,12 +85,13 @@ def run_case(megabytes: int, pull_timeout_ms: int | None, rate: str, period: flo
     hidden = scratch / "hidden"
     hidden.mkdir(exist_ok=True)
     node = RolloutNode(cluster.address, {"slow_node": 1}, hidden,
-                       scratch / f"view-{megabytes}-{pull_timeout_ms}-{shard_bytes}", range(21000, 21200), link)
+                       scratch / f"view-{megabytes}-{pull_timeout_ms}-{sharding}", range(21000, 21200), link)
     try:
         wait_for_nodes(cluster.address, 2, [node])
         ray.init(address=cluster.address)
         holder = ray.remote(WeightsHolder).options(num_cpus=0, resources={"slow_node": 1}).remote(nbytes)
-        publisher = WeightPublisher(None, shard_bytes=shard_bytes)
+        shard_bytes = {"link": None, "fixed": shard_size(nbytes), "whole": nbytes}[sharding]
+        publisher = WeightPublisher(holder, shard_bytes=shard_bytes)
         weights = torch.zeros(1, nbytes // 4)
         published = 0
 
@@ -94,7 +99,6 @@ def run_case(megabytes: int, pull_timeout_ms: int | None, rate: str, period: flo
             nonlocal published
             weights.fill_(published)
             publisher.publish(published, {"weight": weights})
-            holder.offer.remote(published, publisher.latest[1])
             published += 1
 
         publish()
@@ -104,7 +108,7 @@ def run_case(megabytes: int, pull_timeout_ms: int | None, rate: str, period: flo
         copy_s = link.copy_seconds(nbytes)
         slowed = time.time()
         wanted = WARM_UP_VERSIONS + versions
-        deadline = time.monotonic() + CASE_TIMEOUT_S
+        deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             publish()
             report = ray.get(holder.report.remote())
@@ -112,7 +116,8 @@ def run_case(megabytes: int, pull_timeout_ms: int | None, rate: str, period: flo
                 break
             time.sleep(period)
         else:
-            raise TimeoutError(f"{megabytes} MB: fewer than {wanted} versions loaded over the slow link")
+            raise TimeoutError(f"{megabytes} MB ({sharding}): fewer than {wanted} versions loaded over the slow link "
+                               f"in {timeout_s:.0f} s")
     finally:
         ray.shutdown()
         node.stop()
@@ -120,6 +125,7 @@ def run_case(megabytes: int, pull_timeout_ms: int | None, rate: str, period: flo
     loaded = [slowed, *(at for _, at in report["applied"] if at > slowed)]
     between = [later - earlier for earlier, later in zip(loaded, loaded[1:])]
     return {"megabytes": megabytes, "pull_timeout_ms": pull_timeout_ms, "shards": len(publisher.latest[1]),
+            "sharding": sharding,
             "copy_s": copy_s,
             "warm_up": between[:WARM_UP_VERSIONS], "gaps": between[WARM_UP_VERSIONS:], "overtaken": report["overtaken"]}
 
@@ -128,14 +134,15 @@ def listed(seconds: list[float]) -> str:
     return ", ".join(f"{value:.1f}" for value in seconds)
 
 
-def parse_case(text: str) -> tuple[int, int | None, int | None]:
-    """``(MB, pull timeout in ms or None for Ray's, shard bytes or None for craftrl's)``."""
+def parse_case(text: str) -> tuple[int, int | None, str]:
+    """``(MB, pull timeout in ms or None for Ray's, 'link', 'fixed' or 'whole')``."""
     parts = text.split(":")
-    megabytes, timeout, whole = parts[0], (parts[1:] or [""])[0], parts[2:]
-    if not megabytes.isdigit() or not (timeout == "default" or timeout.isdigit()) or whole not in ([], ["whole"]):
-        raise SystemExit(f"--cases: expected MB:PULL_TIMEOUT_MS[:whole] with 'default' for Ray's own timeout "
+    megabytes, timeout, sharding = parts[0], (parts[1:] or [""])[0], parts[2:]
+    if (not megabytes.isdigit() or not (timeout == "default" or timeout.isdigit())
+            or sharding not in ([], ["fixed"], ["whole"])):
+        raise SystemExit(f"--cases: expected MB:PULL_TIMEOUT_MS[:fixed|:whole] with 'default' for Ray's own timeout "
                          f"(e.g. 16:default or 16:default:whole), got {text!r}")
-    return int(megabytes), None if timeout == "default" else int(timeout), int(megabytes) << 20 if whole else None
+    return int(megabytes), None if timeout == "default" else int(timeout), sharding[0] if sharding else "link"
 
 
 def main() -> None:
@@ -143,10 +150,12 @@ def main() -> None:
     parser.add_argument("--rate", default="20mbit", help="the link's rate towards the node, in tc's units")
     parser.add_argument("--cases", nargs="+",
                         default=["16:default", "32:default", "16:default:whole", "32:default:whole"],
-                        help="MB:PULL_TIMEOUT_MS[:whole] per case ('default': Ray's own pull timeout; 'whole': "
-                             "each version as one object instead of craftrl's shards)")
+                        help="MB:PULL_TIMEOUT_MS[:fixed|:whole] per case ('default': Ray's own pull timeout; "
+                             "'fixed': craftrl's shards for an unknown link; 'whole': each version as one object)")
     parser.add_argument("--period", type=float, default=0.25, help="seconds between two published versions")
     parser.add_argument("--versions", type=int, default=4, help="versions timed per case, after the warm-up")
+    parser.add_argument("--case-timeout", type=float, default=600.0,
+                        help="seconds a case may take from the slow-down until its last version is loaded")
     args = parser.parse_args()
     cases = [parse_case(text) for text in args.cases]
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -158,21 +167,21 @@ def main() -> None:
         raise SystemExit(f"slow_link: cannot simulate a node behind a link here: {reason}")
     results = []
     with tempfile.TemporaryDirectory(prefix="craftrl-slow-link-") as scratch:
-        for megabytes, pull_timeout_ms, shard_bytes in cases:
+        for megabytes, pull_timeout_ms, sharding in cases:
             result = run_case(megabytes, pull_timeout_ms, args.rate, args.period, args.versions,
-                              shard_bytes, Path(scratch))
+                              sharding, Path(scratch), args.case_timeout)
             results.append(result)
-            print(f"{megabytes} MB in {result['shards']} objects, pull timeout {pull_timeout_ms or 'default'}: "
-                  f"copy {result['copy_s']:.1f} s, versions loaded every {listed(result['gaps'])} s "
-                  f"(warm-up {listed(result['warm_up'])})", flush=True)
+            print(f"{megabytes} MB in {result['shards']} objects ({sharding}), "
+                  f"pull timeout {pull_timeout_ms or 'default'}: copy {result['copy_s']:.1f} s, "
+                  f"versions loaded every {listed(result['gaps'])} s (warm-up {listed(result['warm_up'])})", flush=True)
     command = "python bench/slow_link.py " + " ".join(sys.argv[1:])
     rows = []
     for result in results:
         median = statistics.median(result["gaps"])
         result["efficiency"] = result["copy_s"] / median
         timeout = result["pull_timeout_ms"] or f"{RAY_DEFAULT_PULL_TIMEOUT_MS} (Ray default)"
-        rows.append(f"| {result['megabytes']} | {result['shards']} | {timeout} | {result['copy_s']:.1f} | "
-                    f"{listed(result['warm_up'])} | {listed(result['gaps'])} | {median:.1f} | "
+        rows.append(f"| {result['megabytes']} | {result['shards']} ({result['sharding']}) | {timeout} | "
+                    f"{result['copy_s']:.1f} | {listed(result['warm_up'])} | {listed(result['gaps'])} | {median:.1f} | "
                     f"{result['efficiency']:.2f} | {result['overtaken']} |")
     lines = [
         "## Weights over a slow link (`bench/slow_link.py`)", "",
@@ -182,8 +191,8 @@ def main() -> None:
         "`NewestWeights` loads one version after another. Seconds between two versions loaded on the node, after "
         f"{WARM_UP_VERSIONS} warm-up versions (the first fetches over the slowed link start side by side), against "
         "a plain TCP copy of one version's bytes over the same cable; efficiency = copy / median.", "",
-        "| MB per version | objects per version | pull timeout ms | TCP copy s | warm-up s | between versions s "
-        "| median s | efficiency | fetches overtaken |",
+        "| MB per version | objects per version (sharding) | pull timeout ms | TCP copy s | warm-up s "
+        "| between versions s | median s | efficiency | fetches overtaken |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|", *rows, ""]
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "slow_link.md").write_text("\n".join(lines))
