@@ -57,7 +57,8 @@ class WeightPublisher:
     """Rank 0 of the trainer: one object-store copy per version, offered to the rollout manager.
 
     The manager answers an offer with the slowest rate at which a worker's last version reached it (bytes per
-    second, None while none came from another node); the next versions' shards are sized for that link."""
+    second, None before a worker has loaded one through the object store); the next versions' shards are sized
+    for that link."""
 
     def __init__(self, manager: Any, half_precision: Iterable[str] = (), shard_bytes: int | None = None) -> None:
         """``half_precision``: names of the float32 tensors to send as float16 (the policy's parameters when
@@ -92,7 +93,7 @@ class WeightPublisher:
 
     def _read_link_answer(self) -> None:
         """Take the manager's answer to the last offer if it has come: the slowest link's bytes per second, or
-        None while no worker has fetched a version from another node. Never waits for it."""
+        None before a worker has loaded one through the object store. Never waits for it."""
         import ray
 
         answer, self._link_answer = self._link_answer, None
@@ -285,7 +286,7 @@ def pull_retry_advice(record: Mapping[str, Any], pull_timeout_ms: int) -> str | 
 
 def slowest_link_bytes_per_s(statuses: Iterable[Mapping[str, Any]]) -> float | None:
     """The lowest ``weights_link_bytes_per_s`` among rollout workers' statuses (the rate their last version reached
-    them at), or None where no worker has fetched a version from another node."""
+    them at), or None before any worker has loaded one through the object store."""
     rates = [status["weights_link_bytes_per_s"] for status in statuses if status.get("weights_link_bytes_per_s")]
     return min(rates) if rates else None
 

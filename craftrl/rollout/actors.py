@@ -289,7 +289,7 @@ class RolloutManager:
     def update_weights(self, version: int, refs: list[Any]) -> float | None:
         """Fan ``(version, weights ref)`` out to every worker without waiting for them to load it; returns the
         slowest rate at which a worker's last version reached it, for the publisher to size the next versions'
-        shards by (None while no worker has fetched one from another node)."""
+        shards by (None before any worker has loaded one through the object store)."""
         with self._lock:
             self.latest_weights = (int(version), list(refs))
             workers = list(self.workers)
