@@ -83,8 +83,8 @@ class WeightPublisher:
         if self._pull_timeout_ms is None:
             self._pull_timeout_ms = ray_pull_timeout_ms()
         published = publishable(state_dict, self._half)
-        shard_bytes = self._shard_bytes or shard_size(sum(value.nbytes for value in published.values()),
-                                                      self.link_bytes_per_s, self._pull_timeout_ms)
+        shard_bytes = self._shard_bytes or shard_size(bytes_in(published), self.link_bytes_per_s,
+                                                      self._pull_timeout_ms)
         refs = [ray.put(shard) for shard in sharded(published, shard_bytes)]
         self.latest = (int(version), refs)
         if self._manager is not None:  # refs in a list: Ray must not resolve them in the manager
@@ -371,7 +371,7 @@ def sharded(published: dict[str, Any], shard_bytes: int) -> list[Shard]:
 
 
 def bytes_in(shard: Shard) -> int:
-    """The bytes of the tensors and pieces in ``shard``."""
+    """The bytes of the tensors and pieces in ``shard`` (or in a whole version from :func:`publishable`)."""
     return sum((value.values if isinstance(value, TensorPiece) else value).nbytes for value in shard.values())
 
 
