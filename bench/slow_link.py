@@ -13,15 +13,18 @@ names that setting and how the version travels: in craftrl's shards, sized by th
 last version as the rollout manager reports its slowest worker's; in shards of the size craftrl gives a version
 when no link is known (``fixed``); or whole, as one object (``whole``).
 
-Each case in ``--cases`` is ``MB:PULL_TIMEOUT_MS[:fixed|:whole]`` (``default`` for Ray's own timeout) and gets a
-fresh cluster. Needs root, ``unshare``, ``nsenter``, ``ip`` and ``tc``. Writes bench/results/slow_link.md; the last
-line is ``P10 slow_link_efficiency=<link time / seconds between versions, first case>``.
+As in a run, the versions reach the node through a stand-in for the rollout manager on the head, which keeps the
+newest version's refs and offers the node its number; the node asks for the refs when it starts a fetch. With
+``refs`` a case offers the refs with every version instead: every ref handed over costs Ray ownership messages
+across the link, whether the node loads that version or skips it.
+
+Each case in ``--cases`` is ``MB:PULL_TIMEOUT_MS[:fixed|:whole][:refs]`` (``default`` for Ray's own timeout) and
+gets a fresh cluster. Needs root, ``unshare``, ``nsenter``, ``ip`` and ``tc``. Writes bench/results/slow_link.md;
+the last line is ``P10 slow_link_efficiency=<link time / seconds between versions, first case>``.
 
     .venv/bin/python bench/slow_link.py [--rate 20mbit] [--cases 16:default 32:default 16:default:whole ...]
-    .venv/bin/python bench/slow_link.py --rate 2mbit --period 2 --versions 3 --cases 8:default 8:default:fixed
+    .venv/bin/python bench/slow_link.py --rate 2mbit --versions 3 --cases 8:default 8:default:refs
 
-Over a link of a few Mbit/s, publish no faster than a learner iterates (``--period 2``): each offer carries the
-version's refs across the link, and four offers a second of a version in 15-32 shards took much of 2 Mbit/s.
 """
 
 from __future__ import annotations
@@ -54,14 +57,23 @@ class WeightsHolder:
         torch.set_num_threads(1)
         self.policy = torch.nn.Linear(nbytes // 4, 1, bias=False)
         self.applied: list[tuple[int, float]] = []  # (version, time.time() when loaded)
-        self.weights = NewestWeights(self._apply)
+        self.manager = None
+        self.weights = NewestWeights(self._apply, newest_refs=self._newest_refs)
+
+    def use_manager(self, manager) -> None:
+        self.manager = manager
+
+    def _newest_refs(self):
+        import ray
+
+        return ray.get(self.manager.weights_refs.remote(), timeout=60)
 
     def _apply(self, version: int, state_dict: dict) -> None:
         self.policy.load_state_dict(state_dict)
         self.applied.append((version, time.time()))
 
-    def update_weights(self, version: int, refs: list) -> float | None:
-        """The rollout manager's part for this one worker: take the offer, answer with the link's last rate."""
+    def update_weights(self, version: int, refs: list | None = None) -> float | None:
+        """A rollout worker's offer; answers with the rate its last version came at."""
         self.weights.offer(version, refs)
         return self.weights.link_bytes_per_s
 
@@ -69,8 +81,32 @@ class WeightsHolder:
         return {"applied": list(self.applied), "overtaken": self.weights.fetches_overtaken}
 
 
+class ManagerStandIn:
+    """The rollout manager's part in the weight path, on the head, for one worker: keeps the newest version's refs,
+    offers the worker the version (``with_refs``: with its refs) and answers each offer with the rate the worker
+    last reported, which the publisher sizes its shards by."""
+
+    def __init__(self, holder, with_refs: bool) -> None:
+        self.holder, self.with_refs = holder, with_refs
+        self.latest: tuple[int, list] | None = None
+        self.rate: float | None = None
+        self.answer = None  # the worker's answer to the last offer, read at the next one
+
+    def update_weights(self, version: int, refs: list) -> float | None:
+        import ray
+
+        self.latest = (version, list(refs))
+        if self.answer is not None and ray.wait([self.answer], timeout=0)[0]:
+            self.rate = ray.get(self.answer)
+        self.answer = self.holder.update_weights.remote(version, *([refs] if self.with_refs else []))
+        return self.rate
+
+    def weights_refs(self) -> tuple[int, list] | None:
+        return self.latest
+
+
 def run_case(megabytes: int, pull_timeout_ms: int | None, rate: str, period: float, versions: int,
-             sharding: str, scratch: Path, timeout_s: float) -> dict:
+             sharding: str, offers: str, scratch: Path, timeout_s: float) -> dict:
     """One fresh cluster: the node joins over a fast link, the link is slowed, the head publishes a version every
     ``period`` s until the node has loaded ``WARM_UP_VERSIONS + versions`` versions since the slow-down."""
     import ray
@@ -83,18 +119,21 @@ def run_case(megabytes: int, pull_timeout_ms: int | None, rate: str, period: flo
     nbytes = megabytes << 20
     system_config = {} if pull_timeout_ms is None else {"object_manager_pull_timeout_ms": pull_timeout_ms}
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": True,
-                                                            "_system_config": system_config})
+                                                            "resources": {"head": 1}, "_system_config": system_config})
     link = NodeLink(index=7)
     hidden = scratch / "hidden"
     hidden.mkdir(exist_ok=True)
     node = RolloutNode(cluster.address, {"slow_node": 1}, hidden,
-                       scratch / f"view-{megabytes}-{pull_timeout_ms}-{sharding}", range(21000, 21200), link)
+                       scratch / f"view-{megabytes}-{pull_timeout_ms}-{sharding}-{offers}", range(21000, 21200), link)
     try:
         wait_for_nodes(cluster.address, 2, [node])
         ray.init(address=cluster.address)
         holder = ray.remote(WeightsHolder).options(num_cpus=0, resources={"slow_node": 1}).remote(nbytes)
+        manager = ray.remote(ManagerStandIn).options(num_cpus=0, resources={"head": 1}, max_concurrency=4).remote(
+            holder, with_refs=offers == "refs")
+        ray.get(holder.use_manager.remote(manager))
         shard_bytes = {"link": None, "fixed": shard_size(nbytes), "whole": nbytes}[sharding]
-        publisher = WeightPublisher(holder, shard_bytes=shard_bytes)
+        publisher = WeightPublisher(manager, shard_bytes=shard_bytes)
         weights = torch.zeros(1, nbytes // 4)
         published = 0
 
@@ -128,7 +167,7 @@ def run_case(megabytes: int, pull_timeout_ms: int | None, rate: str, period: flo
     loaded = [slowed, *(at for _, at in report["applied"] if at > slowed)]
     between = [later - earlier for earlier, later in zip(loaded, loaded[1:])]
     return {"megabytes": megabytes, "pull_timeout_ms": pull_timeout_ms, "shards": len(publisher.latest[1]),
-            "sharding": sharding,
+            "sharding": sharding, "offers": offers,
             "copy_s": copy_s,
             "warm_up": between[:WARM_UP_VERSIONS], "gaps": between[WARM_UP_VERSIONS:], "overtaken": report["overtaken"]}
 
@@ -137,15 +176,18 @@ def listed(seconds: list[float]) -> str:
     return ", ".join(f"{value:.1f}" for value in seconds)
 
 
-def parse_case(text: str) -> tuple[int, int | None, str]:
-    """``(MB, pull timeout in ms or None for Ray's, 'link', 'fixed' or 'whole')``."""
+def parse_case(text: str) -> tuple[int, int | None, str, str]:
+    """``(MB, pull timeout in ms or None for Ray's, 'link', 'fixed' or 'whole', 'version' or 'refs')``."""
     parts = text.split(":")
-    megabytes, timeout, sharding = parts[0], (parts[1:] or [""])[0], parts[2:]
+    megabytes, timeout, rest = parts[0], (parts[1:] or [""])[0], parts[2:]
+    offers = "refs" if rest[-1:] == ["refs"] else "version"
+    sharding = rest[:-1] if offers == "refs" else rest
     if (not megabytes.isdigit() or not (timeout == "default" or timeout.isdigit())
             or sharding not in ([], ["fixed"], ["whole"])):
-        raise SystemExit(f"--cases: expected MB:PULL_TIMEOUT_MS[:fixed|:whole] with 'default' for Ray's own timeout "
-                         f"(e.g. 16:default or 16:default:whole), got {text!r}")
-    return int(megabytes), None if timeout == "default" else int(timeout), sharding[0] if sharding else "link"
+        raise SystemExit(f"--cases: expected MB:PULL_TIMEOUT_MS[:fixed|:whole][:refs] with 'default' for Ray's own "
+                         f"timeout (e.g. 16:default or 16:default:whole:refs), got {text!r}")
+    return (int(megabytes), None if timeout == "default" else int(timeout), sharding[0] if sharding else "link",
+            offers)
 
 
 def main() -> None:
@@ -153,8 +195,9 @@ def main() -> None:
     parser.add_argument("--rate", default="20mbit", help="the link's rate towards the node, in tc's units")
     parser.add_argument("--cases", nargs="+",
                         default=["16:default", "32:default", "16:default:whole", "32:default:whole"],
-                        help="MB:PULL_TIMEOUT_MS[:fixed|:whole] per case ('default': Ray's own pull timeout; "
-                             "'fixed': craftrl's shards for an unknown link; 'whole': each version as one object)")
+                        help="MB:PULL_TIMEOUT_MS[:fixed|:whole][:refs] per case ('default': Ray's own pull "
+                             "timeout; 'fixed': craftrl's shards for an unknown link; 'whole': each version as one "
+                             "object; 'refs': every offer carries the version's refs)")
     parser.add_argument("--period", type=float, default=0.25, help="seconds between two published versions")
     parser.add_argument("--versions", type=int, default=4, help="versions timed per case, after the warm-up")
     parser.add_argument("--case-timeout", type=float, default=600.0,
@@ -170,11 +213,11 @@ def main() -> None:
         raise SystemExit(f"slow_link: cannot simulate a node behind a link here: {reason}")
     results = []
     with tempfile.TemporaryDirectory(prefix="craftrl-slow-link-") as scratch:
-        for megabytes, pull_timeout_ms, sharding in cases:
+        for megabytes, pull_timeout_ms, sharding, offers in cases:
             result = run_case(megabytes, pull_timeout_ms, args.rate, args.period, args.versions,
-                              sharding, Path(scratch), args.case_timeout)
+                              sharding, offers, Path(scratch), args.case_timeout)
             results.append(result)
-            print(f"{megabytes} MB in {result['shards']} objects ({sharding}), "
+            print(f"{megabytes} MB in {result['shards']} objects ({sharding}), offers of the {offers}, "
                   f"pull timeout {pull_timeout_ms or 'default'}: copy {result['copy_s']:.1f} s, "
                   f"versions loaded every {listed(result['gaps'])} s (warm-up {listed(result['warm_up'])})", flush=True)
     command = "python bench/slow_link.py " + " ".join(sys.argv[1:])
@@ -183,7 +226,8 @@ def main() -> None:
         median = statistics.median(result["gaps"])
         result["efficiency"] = result["copy_s"] / median
         timeout = result["pull_timeout_ms"] or f"{RAY_DEFAULT_PULL_TIMEOUT_MS} (Ray default)"
-        rows.append(f"| {result['megabytes']} | {result['shards']} ({result['sharding']}) | {timeout} | "
+        rows.append(f"| {result['megabytes']} | {result['shards']} ({result['sharding']}) | {result['offers']} "
+                    f"| {timeout} | "
                     f"{result['copy_s']:.1f} | {listed(result['warm_up'])} | {listed(result['gaps'])} | {median:.1f} | "
                     f"{result['efficiency']:.2f} | {result['overtaken']} |")
     lines = [
@@ -194,9 +238,9 @@ def main() -> None:
         "`NewestWeights` loads one version after another. Seconds between two versions loaded on the node, after "
         f"{WARM_UP_VERSIONS} warm-up versions (the first fetches over the slowed link start side by side), against "
         "a plain TCP copy of one version's bytes over the same cable; efficiency = copy / median.", "",
-        "| MB per version | objects per version (sharding) | pull timeout ms | TCP copy s | warm-up s "
-        "| between versions s | median s | efficiency | fetches overtaken |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|", *rows, ""]
+        "| MB per version | objects per version (sharding) | offers carry | pull timeout ms | TCP copy s "
+        "| warm-up s | between versions s | median s | efficiency | fetches overtaken |",
+        "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|", *rows, ""]
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "slow_link.md").write_text("\n".join(lines))
     print(f"P10 slow_link_efficiency={results[0]['efficiency']:.2f}")

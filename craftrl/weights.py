@@ -1,11 +1,15 @@
 """Policy weights from the learner to every rollout worker: publish a version, each worker loads the newest.
 
 * :class:`WeightPublisher` (the trainer's rank 0) puts each version into Ray's object store **once**, in shards
-  (:func:`shard_size`), and hands ``(version, refs)`` to the rollout manager, which offers it to every worker and
-  keeps it for the workers it creates later, so a recreated worker starts from the newest weights the same way.
+  (:func:`shard_size`), and hands ``(version, refs)`` to the rollout manager, which keeps the newest, offers its
+  version number to every worker and hands a recreated worker the refs themselves, so it starts from the newest
+  weights.
 * :class:`NewestWeights` (inside each worker) takes offers without blocking and loads them on a thread of its own:
   a worker that is behind fetches only the newest version and never a superseded one, and no actor method waits
   on a fetch (a 1 GB VPT-2x state dict takes seconds to cross a network; the manager's health checks must not).
+  An offer is a version number; the loader asks the manager for the newest version's refs only when it starts a
+  fetch. Every ref handed to a process costs Ray ownership messages to and from the publisher, so refs offered
+  with every version, of which a worker behind a slow link loads one in many, take a share of that link.
   A fetch is never given up while it may still arrive: a newer version is fetched *beside* one that is overdue
   (on its way for longer than twice the last fetch took), and whichever arrives first is applied. Ray pulls an
   object from any node holding a copy, and a pull from a node cut off from the network took 10.2 s before Ray
@@ -112,9 +116,14 @@ class NewestWeights:
     that is not newer than every earlier one is ignored.
     """
 
-    def __init__(self, apply: Callable[[int, StateDict], None], name: str = "weights-loader") -> None:
+    def __init__(self, apply: Callable[[int, StateDict], None], name: str = "weights-loader",
+                 newest_refs: Callable[[], tuple[int, list[Any]] | None] | None = None) -> None:
+        """``newest_refs``: returns the newest published ``(version, refs)`` (None when there is none), for offers
+        of a version number alone; the loader calls it when it starts a fetch (the rollout manager's
+        ``weights_refs``)."""
         self._apply = apply
-        self._offered: tuple[int, list[Any]] | None = None
+        self._newest_refs = newest_refs
+        self._offered: tuple[int, list[Any] | None] | None = None
         self._newest_offered = -1
         self._changed = threading.Condition()
         self._closed = False
@@ -130,8 +139,11 @@ class NewestWeights:
         self._thread = threading.Thread(target=self._load_forever, name=name, daemon=True)
         self._thread.start()
 
-    def offer(self, version: int, refs: list[Any]) -> None:
-        """``refs``: the version's shards, as ObjectRefs or as dicts already in this process."""
+    def offer(self, version: int, refs: list[Any] | None = None) -> None:
+        """``refs``: the version's shards, as ObjectRefs or as dicts already in this process; None: asked of
+        ``newest_refs`` when a fetch starts."""
+        if refs is None and self._newest_refs is None:
+            raise ValueError(f"weights version {version} offered without its refs, and no newest_refs to ask")
         with self._changed:
             if version > self._newest_offered:
                 self._newest_offered = int(version)
@@ -163,10 +175,13 @@ class NewestWeights:
                     self._changed.wait()
                 if self._closed:
                     return
+                offered = None
                 if self._offered is not None and self._may_fetch_another(on_the_way):
-                    version, refs = self._offered
-                    self._offered = None
-                    on_the_way[version] = Fetch(list(refs), time.monotonic())
+                    offered, self._offered = self._offered, None
+            if offered is not None:
+                self._start_fetch(on_the_way, *offered)
+            if not on_the_way:
+                continue
             try:
                 arrived = _arrived(on_the_way)
             except Exception as error:  # Ray could not tell: fetch the next version offered from scratch
@@ -175,6 +190,24 @@ class NewestWeights:
                 continue
             if arrived:
                 on_the_way = self._load_newest(on_the_way, arrived)
+
+    def _start_fetch(self, on_the_way: Fetches, version: int, refs: list[Any] | None) -> None:
+        """Put ``version`` on its way; with no ``refs``, the newest version's as ``newest_refs`` gives them, which
+        may be newer than the one offered (not waited for under the lock: ``offer`` must return at once)."""
+        started = time.monotonic()
+        if refs is None:
+            try:
+                newest = self._newest_refs()
+            except Exception as error:  # the manager is unreachable: the next offer asks again
+                self.error = f"asking for the refs of weights version {version}: {type(error).__name__}: {error}"
+                return
+            if newest is None:
+                return
+            version, refs = newest
+            with self._changed:
+                self._newest_offered = max(self._newest_offered, int(version))
+        if version > self.applied_version and all(version > fetching for fetching in on_the_way):
+            on_the_way[int(version)] = Fetch(list(refs), started)
 
     def _may_fetch_another(self, on_the_way: Fetches) -> bool:
         """At most two fetches at a time: a second one only beside a fetch on its way for longer than twice the

@@ -7,7 +7,8 @@ Threads inside a worker actor (``max_concurrency`` lets Ray run its methods besi
   sink is slow the queue fills and the rollout thread waits in ``put`` -- backpressure, never a drop;
 * the weights loader (:class:`craftrl.weights.NewestWeights`) fetches the newest offered weights and queues them
   for the loop, which swaps them between forward passes;
-* Ray's method threads handle ``update_weights`` (an offer, never a fetch), ``request_video`` and ``status``.
+* Ray's method threads handle ``update_weights`` (an offer of a version number, never a fetch), ``request_video``
+  and ``status``.
 
 The manager checks its workers every ``health_interval`` seconds and recreates a dead or broken one
 (counted), handing it the latest weights so it does not act with stale ones. A check asks every worker at once
@@ -57,6 +58,7 @@ from craftrl.weights import NewestWeights, slowest_link_bytes_per_s
 logger = logging.getLogger(__name__)
 MAX_MISSED_STATUS = 3
 MAX_FAILED_STARTS = 3
+WEIGHTS_REFS_TIMEOUT_S = 60.0  # a worker's wait for the manager's answer with a version's refs
 CUMULATIVE_KEYS = ("env_steps", "fragments_emitted", "fragments_sent", "restarts", "emit_wait_s", "weights_wait_s",
                    "inference_s", "env_wait_s", "elapsed_s", "forward_passes")
 
@@ -71,7 +73,9 @@ class RolloutWorker:
 
     def __init__(self, worker_name: str, env_generator: Callable[[], Any], policy_generator: Callable[[], Any],
                  config: dict[str, Any], fragment_sink: Any, statistics: Any = None, seed: int | None = None,
-                 weights: tuple[int, Any] | None = None, home_node: str | None = None):
+                 weights: tuple[int, Any] | None = None, home_node: str | None = None, manager: Any = None):
+        """``weights``: ``(version, refs)`` to act with from the first step; ``manager``: the rollout manager, whose
+        ``weights_refs`` the weights loader asks for a version's refs when it fetches one offered by number."""
         online: OnlineConfig = build_config(config)
         rollout, worker_cfg = online.rollout_config, online.rollout_config.worker_config
         self.name = worker_name
@@ -101,7 +105,7 @@ class RolloutWorker:
             step_timeout=worker_cfg.step_timeout, reset_timeout=worker_cfg.reset_timeout,
             restart_interval=worker_cfg.restart_interval, worker_name=worker_name, seed=seed,
             fragments_per_version=online.fragments_per_env_per_version() if rollout.synchronous_sampling else 0)
-        self.weights = NewestWeights(self._load_weights)
+        self.weights = NewestWeights(self._load_weights, newest_refs=self._newest_refs(manager))
         if weights is not None:  # a recreated worker acts with the newest weights from its first step
             self.update_weights(*weights)
             self.weights.wait_for(weights[0], timeout=300.0)
@@ -112,10 +116,23 @@ class RolloutWorker:
 
     # ------------------------------------------------------------------ actor methods
 
-    def update_weights(self, version: int, refs: list[Any]) -> int:
-        """Offer ``refs`` (``[ObjectRef]``, wrapped so Ray does not resolve it in the manager); returns at once."""
+    def update_weights(self, version: int, refs: list[Any] | None = None) -> int:
+        """Offer ``version``, with its ``refs`` (``[ObjectRef]``, in a list so Ray does not resolve them) or without,
+        for the loader to ask the manager for when it fetches; returns at once."""
         self.weights.offer(version, refs)
         return version
+
+    @staticmethod
+    def _newest_refs(manager: Any) -> Callable[[], tuple[int, list[Any]] | None] | None:
+        if manager is None:
+            return None
+
+        def newest_refs() -> tuple[int, list[Any]] | None:
+            import ray
+
+            return ray.get(manager.weights_refs.remote(), timeout=WEIGHTS_REFS_TIMEOUT_S)
+
+        return newest_refs
 
     def _load_weights(self, version: int, state_dict: dict[str, torch.Tensor]) -> None:
         self.loop.set_weights(version, {k: v.to(self.device) for k, v in state_dict.items()})
@@ -287,15 +304,21 @@ class RolloutManager:
         return len(self.workers)
 
     def update_weights(self, version: int, refs: list[Any]) -> float | None:
-        """Fan ``(version, weights ref)`` out to every worker without waiting for them to load it; returns the
-        slowest rate at which a worker's last version reached it, for the publisher to size the next versions'
-        shards by (None before any worker has loaded one through the object store)."""
+        """Keep ``(version, refs)`` as the newest weights and offer ``version`` to every worker without waiting
+        for them to load it (each asks :meth:`weights_refs` when it fetches); returns the slowest rate at which a
+        worker's last version reached it, for the publisher to size the next versions' shards by (None before any
+        worker has loaded one through the object store)."""
         with self._lock:
             self.latest_weights = (int(version), list(refs))
             workers = list(self.workers)
         for worker in workers:
-            worker.update_weights.remote(version, refs)
+            worker.update_weights.remote(int(version))
         return slowest_link_bytes_per_s(self.last_status)
+
+    def weights_refs(self) -> tuple[int, list[Any]] | None:
+        """The newest ``(version, refs)`` published (refs in a list, which Ray hands over unresolved)."""
+        with self._lock:
+            return self.latest_weights
 
     def request_video(self, iteration: int, version: int) -> None:
         """Ask one running worker, in turn by iteration, to record its next episode (a slot waiting for a node or
@@ -447,7 +470,8 @@ class RolloutManager:
         # fragments by the names' prefixes of their env ids, and the replay buffer outlives a restarted manager
         self.worker_names[index] = f"w{index}-{uuid.uuid4().hex[:6]}"
         return actor.remote(self.worker_names[index], self.env_generator, self.policy_generator, self.config,
-                            self.sink, self.statistics, seed, self.latest_weights, home_node=current_node_id())
+                            self.sink, self.statistics, seed, self.latest_weights, home_node=current_node_id(),
+                            manager=ray.get_runtime_context().current_actor)
 
     def _watch(self) -> None:
         import ray

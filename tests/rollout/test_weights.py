@@ -4,6 +4,7 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
 import torch
 
 from craftrl.weights import (MIN_SHARD_BYTES, SHARD_BYTES, NewestWeights, TensorPiece, WeightPublisher, bytes_in,
@@ -62,6 +63,60 @@ def test_offer_returns_while_a_load_is_in_progress_and_a_failed_load_keeps_the_l
         weights.close()
     assert applied == [1] and weights.applied_version == 1
     assert weights.error == "loading weights version 2: ValueError: shape mismatch"
+
+
+def test_a_version_offered_by_number_has_its_refs_asked_for_only_when_its_fetch_starts():
+    """Offers carry a version number; the loader asks for the newest version's refs once per fetch, so a loader
+    that is behind asks for none of the versions it skips, and a newer version than the one offered is taken."""
+    newest = {"version": 1, "fails": False}
+    asked: list[int] = []
+
+    def newest_refs():
+        if newest["fails"]:
+            raise TimeoutError("no answer")
+        asked.append(newest["version"])
+        return newest["version"], [{"w": torch.tensor(float(newest["version"]))}]
+
+    applied: list[int] = []
+    loading, release = threading.Event(), threading.Event()
+
+    def apply(version, state_dict):
+        assert float(state_dict["w"]) == version
+        loading.set()
+        release.wait(5)
+        applied.append(version)
+
+    weights = NewestWeights(apply, newest_refs=newest_refs)
+    try:
+        weights.offer(1)
+        assert loading.wait(5)
+        for version in range(2, 12):  # published while the loader is busy with version 1
+            newest["version"] = version
+            weights.offer(version)
+        release.set()
+        assert weights.wait_for(11, timeout=5)
+        newest["version"] = 13  # version 13 is out before the offer of 12 is taken
+        weights.offer(12)
+        assert weights.wait_for(13, timeout=5)
+        weights.offer(13)  # already applied: not asked for again
+        newest["fails"] = True
+        weights.offer(14)
+        deadline = time.monotonic() + 5
+        while weights.error is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        newest.update(version=15, fails=False)
+        weights.offer(15)
+        assert weights.wait_for(15, timeout=5)
+    finally:
+        weights.close()
+    assert applied == [1, 11, 13, 15] and asked == [1, 11, 13, 15]
+    assert weights.error == "asking for the refs of weights version 14: TimeoutError: no answer"
+    without_a_source = NewestWeights(apply)
+    try:
+        with pytest.raises(ValueError, match="version 16 offered without its refs"):
+            without_a_source.offer(16)
+    finally:
+        without_a_source.close()
 
 
 class Gate:
