@@ -49,24 +49,15 @@ WARM_UP_VERSIONS = 2  # the first fetches over the slowed link start side by sid
 class WeightsHolder:
     """A rollout worker's weight path alone: a policy of ``nbytes`` bytes kept at the newest version offered."""
 
-    def __init__(self, nbytes: int) -> None:
+    def __init__(self, nbytes: int, manager) -> None:
         import torch
 
-        from craftrl.weights import NewestWeights
+        from craftrl.weights import NewestWeights, newest_refs_from
 
         torch.set_num_threads(1)
         self.policy = torch.nn.Linear(nbytes // 4, 1, bias=False)
         self.applied: list[tuple[int, float]] = []  # (version, time.time() when loaded)
-        self.manager = None
-        self.weights = NewestWeights(self._apply, newest_refs=self._newest_refs)
-
-    def use_manager(self, manager) -> None:
-        self.manager = manager
-
-    def _newest_refs(self):
-        import ray
-
-        return ray.get(self.manager.weights_refs.remote(), timeout=60)
+        self.weights = NewestWeights(self._apply, newest_refs=newest_refs_from(manager))
 
     def _apply(self, version: int, state_dict: dict) -> None:
         self.policy.load_state_dict(state_dict)
@@ -86,11 +77,14 @@ class ManagerStandIn:
     offers the worker the version (``with_refs``: with its refs) and answers each offer with the rate the worker
     last reported, which the publisher sizes its shards by."""
 
-    def __init__(self, holder, with_refs: bool) -> None:
-        self.holder, self.with_refs = holder, with_refs
+    def __init__(self, with_refs: bool) -> None:
+        self.holder, self.with_refs = None, with_refs
         self.latest: tuple[int, list] | None = None
         self.rate: float | None = None
         self.answer = None  # the worker's answer to the last offer, read at the next one
+
+    def use_holder(self, holder) -> None:
+        self.holder = holder
 
     def update_weights(self, version: int, refs: list) -> float | None:
         import ray
@@ -128,10 +122,10 @@ def run_case(megabytes: int, pull_timeout_ms: int | None, rate: str, period: flo
     try:
         wait_for_nodes(cluster.address, 2, [node])
         ray.init(address=cluster.address)
-        holder = ray.remote(WeightsHolder).options(num_cpus=0, resources={"slow_node": 1}).remote(nbytes)
         manager = ray.remote(ManagerStandIn).options(num_cpus=0, resources={"head": 1}, max_concurrency=4).remote(
-            holder, with_refs=offers == "refs")
-        ray.get(holder.use_manager.remote(manager))
+            with_refs=offers == "refs")
+        holder = ray.remote(WeightsHolder).options(num_cpus=0, resources={"slow_node": 1}).remote(nbytes, manager)
+        ray.get(manager.use_holder.remote(holder))
         shard_bytes = {"link": None, "fixed": shard_size(nbytes), "whole": nbytes}[sharding]
         publisher = WeightPublisher(manager, shard_bytes=shard_bytes)
         weights = torch.zeros(1, nbytes // 4)

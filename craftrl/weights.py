@@ -55,6 +55,7 @@ PULL_TIMEOUT_SHARE = 0.25  # a shard should cross the slowest link in this part 
 HALF_PRECISION_LOGP_TOLERANCE = 1e-3  # largest |log-prob change| float16 parameters may cause (tests/rollout)
 RAY_DEFAULT_PULL_TIMEOUT_MS = 10_000
 FETCH_POLL_S = 0.5  # how often the loader looks at its fetches on their way, and the least patience for one
+NEWEST_REFS_TIMEOUT_S = 60.0  # a loader's wait for the rollout manager's answer with the newest version's refs
 
 
 class WeightPublisher:
@@ -315,6 +316,17 @@ def pull_retry_advice(record: Mapping[str, Any], pull_timeout_ms: int) -> str | 
             f"object_manager_pull_timeout_ms ({pull_timeout_ms} ms), after which Ray sends it again and a slow link "
             "carries it at a fraction of its rate; start the cluster's head with a longer one: ray start --head "
             "--system-config '{\"object_manager_pull_timeout_ms\": 60000}' (docs/cluster.md)")
+
+
+def newest_refs_from(manager: Any) -> Callable[[], tuple[int, list[Any]] | None]:
+    """A ``newest_refs`` for :class:`NewestWeights`: asks the rollout manager (an actor handle, or anything with its
+    ``weights_refs``) for the newest ``(version, refs)``, waiting up to :data:`NEWEST_REFS_TIMEOUT_S`."""
+    def newest_refs() -> tuple[int, list[Any]] | None:
+        import ray
+
+        return ray.get(manager.weights_refs.remote(), timeout=NEWEST_REFS_TIMEOUT_S)
+
+    return newest_refs
 
 
 def slowest_link_bytes_per_s(statuses: Iterable[Mapping[str, Any]]) -> float | None:

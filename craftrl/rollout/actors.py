@@ -53,12 +53,11 @@ from craftrl.rollout.worker import EpisodeRecord, RolloutLoop, writer_prefix
 from craftrl.rollout.sinks import ReplayBufferSink
 from craftrl.system import (EPISODE_STATISTICS, METRICS, REPLAY_BUFFER, actor_placed, current_node_id, find,
                             restarted_by_ray)
-from craftrl.weights import NewestWeights, slowest_link_bytes_per_s
+from craftrl.weights import NewestWeights, newest_refs_from, slowest_link_bytes_per_s
 
 logger = logging.getLogger(__name__)
 MAX_MISSED_STATUS = 3
 MAX_FAILED_STARTS = 3
-WEIGHTS_REFS_TIMEOUT_S = 60.0  # a worker's wait for the manager's answer with a version's refs
 CUMULATIVE_KEYS = ("env_steps", "fragments_emitted", "fragments_sent", "restarts", "emit_wait_s", "weights_wait_s",
                    "inference_s", "env_wait_s", "elapsed_s", "forward_passes")
 
@@ -105,7 +104,8 @@ class RolloutWorker:
             step_timeout=worker_cfg.step_timeout, reset_timeout=worker_cfg.reset_timeout,
             restart_interval=worker_cfg.restart_interval, worker_name=worker_name, seed=seed,
             fragments_per_version=online.fragments_per_env_per_version() if rollout.synchronous_sampling else 0)
-        self.weights = NewestWeights(self._load_weights, newest_refs=self._newest_refs(manager))
+        self.weights = NewestWeights(self._load_weights,
+                                     newest_refs=newest_refs_from(manager) if manager is not None else None)
         if weights is not None:  # a recreated worker acts with the newest weights from its first step
             self.update_weights(*weights)
             self.weights.wait_for(weights[0], timeout=300.0)
@@ -121,18 +121,6 @@ class RolloutWorker:
         for the loader to ask the manager for when it fetches; returns at once."""
         self.weights.offer(version, refs)
         return version
-
-    @staticmethod
-    def _newest_refs(manager: Any) -> Callable[[], tuple[int, list[Any]] | None] | None:
-        if manager is None:
-            return None
-
-        def newest_refs() -> tuple[int, list[Any]] | None:
-            import ray
-
-            return ray.get(manager.weights_refs.remote(), timeout=WEIGHTS_REFS_TIMEOUT_S)
-
-        return newest_refs
 
     def _load_weights(self, version: int, state_dict: dict[str, torch.Tensor]) -> None:
         self.loop.set_weights(version, {k: v.to(self.device) for k, v in state_dict.items()})
