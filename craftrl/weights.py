@@ -151,6 +151,11 @@ class NewestWeights:
                 self._offered = (int(version), refs)
                 self._changed.notify()
 
+    @property
+    def newest_offered(self) -> int:
+        """The newest version offered so far (-1 before any): the trainer's version is at least this."""
+        return self._newest_offered
+
     def wait_for(self, version: int, timeout: float) -> bool:
         """Block until ``version`` (or a newer one) is applied; for tests and benchmarks."""
         deadline = time.monotonic() + timeout

@@ -38,6 +38,12 @@ import numpy as np
 
 from craftrl.replay.config import BufferSettings
 
+
+def too_stale(min_version: int, trainer_version: int, max_staleness: int) -> bool:
+    """Whether data whose oldest step was acted by ``min_version`` may never be sampled by a trainer at
+    ``trainer_version``: the staleness rule, applied by the buffer and, ahead of sending, by rollout workers."""
+    return trainer_version - min_version > max_staleness
+
 REJECT_REASONS = ("stale_on_arrival", "out_of_order", "gap", "from_retired_writer")
 EVICT_REASONS = ("capacity", "stale", "reuse", "corrupt")
 REMOVAL_REASONS = REJECT_REASONS + EVICT_REASONS
@@ -152,7 +158,7 @@ class BufferPolicy:
         return limit > 0 and self.unsampled_chunk_count() >= limit
 
     def _is_fresh(self, chunk: _Chunk) -> bool:
-        return self._version - chunk.version <= self.settings.max_staleness
+        return not too_stale(chunk.version, self._version, self.settings.max_staleness)
 
     # ----------------------------------------------------------------------------------------------- updates
     def add(self, meta: FragmentMeta) -> bool:
@@ -172,11 +178,11 @@ class BufferPolicy:
             return report_due
         self._last_index[env_id] = meta.index
         partial = self._open.get(env_id, [])
-        if partial and (meta.index != partial[-1].index + 1 or self._version - meta.min_version
-                        > self.settings.max_staleness):
+        stale = too_stale(meta.min_version, self._version, self.settings.max_staleness)
+        if partial and (meta.index != partial[-1].index + 1 or stale):
             self._reject(self._open.pop(env_id), "gap")  # this partial chunk can never be completed
             partial = []
-        if self._version - meta.min_version > self.settings.max_staleness:
+        if stale:
             self._reject([meta], "stale_on_arrival")
             return report_due
         partial.append(meta)
@@ -209,8 +215,8 @@ class BufferPolicy:
             raise ValueError(f"update_version: expected an int >= current version {self._version}, got {version!r}")
         self._version = int(version)
         self._evict_stale()
-        limit = self._version - self.settings.max_staleness
-        for env_id in [e for e, partial in self._open.items() if min(f.min_version for f in partial) < limit]:
+        for env_id in [e for e, partial in self._open.items()
+                       if too_stale(min(f.min_version for f in partial), self._version, self.settings.max_staleness)]:
             self._reject(self._open.pop(env_id), "stale")
 
     def _evict_stale(self) -> None:

@@ -4,7 +4,10 @@ Threads inside a worker actor (``max_concurrency`` lets Ray run its methods besi
 
 * the rollout thread runs ``RolloutLoop.step`` forever;
 * the sender thread drains the bounded send queue into the fragment sink (the replay buffer); when the
-  sink is slow the queue fills and the rollout thread waits in ``put`` -- backpressure, never a drop;
+  sink is slow the queue fills and the rollout thread waits in ``put`` -- backpressure, never a drop. What the
+  newest offered weights version already makes too stale to sample (``max_staleness``) is discarded before it
+  is encoded or sent (``fragments_discarded_stale``): the buffer would refuse it on arrival, and a worker far
+  behind the learner, behind a slow link, would spend the link and the buffer's time on it;
 * the weights loader (:class:`craftrl.weights.NewestWeights`) fetches the newest offered weights and queues them
   for the loop, which swaps them between forward passes;
 * Ray's method threads handle ``update_weights`` (an offer of a version number, never a fetch), ``request_video``
@@ -47,6 +50,7 @@ import torch
 
 from craftrl.config.schema import OnlineConfig
 from craftrl.config.validate import build_config
+from craftrl.replay.policy import too_stale
 from craftrl.rollout.fragment import Fragment
 from craftrl.rollout.video import video_filename, write_mp4_in_background
 from craftrl.rollout.worker import EpisodeRecord, RolloutLoop, writer_prefix
@@ -58,8 +62,14 @@ from craftrl.weights import NewestWeights, newest_refs_from, slowest_link_bytes_
 logger = logging.getLogger(__name__)
 MAX_MISSED_STATUS = 3
 MAX_FAILED_STARTS = 3
-CUMULATIVE_KEYS = ("env_steps", "fragments_emitted", "fragments_sent", "restarts", "emit_wait_s", "weights_wait_s",
-                   "inference_s", "env_wait_s", "elapsed_s", "forward_passes")
+CUMULATIVE_KEYS = ("env_steps", "fragments_emitted", "fragments_sent", "fragments_discarded_stale", "restarts",
+                   "emit_wait_s", "weights_wait_s", "inference_s", "env_wait_s", "elapsed_s", "forward_passes")
+
+
+def undelivered(status: dict[str, Any]) -> float:
+    """Fragments a worker cut and neither sent nor discarded as stale, by its ``status``."""
+    return float(status.get("fragments_emitted", 0)) - float(status.get("fragments_sent", 0)) - \
+        float(status.get("fragments_discarded_stale", 0))
 
 
 def rollout_device(num_gpus: float) -> torch.device:
@@ -93,7 +103,9 @@ class RolloutWorker:
         self._stop_rollout = threading.Event()  # stop stepping envs (the sender still delivers what is queued)
         self._stop = threading.Event()  # stop everything
         self.error: str | None = None
+        self.max_staleness = rollout.replay_buffer_config.max_staleness
         self.sent = 0
+        self.discarded_stale = 0
         self.send_failures = 0
         self.send_seconds = 0.0
         self.loop = RolloutLoop(
@@ -134,6 +146,7 @@ class RolloutWorker:
     def status(self) -> dict[str, Any]:
         return {**self.loop.stats(), "name": self.name, "node": self.node, "queue_fill": self.send_queue.qsize(),
                 "queue_size": self.send_queue.maxsize, "fragments_sent": self.sent,
+                "fragments_discarded_stale": self.discarded_stale,
                 "send_failures": self.send_failures, "send_s": self.send_seconds, "error": self.error,
                 "weights_fetches": self.weights.fetches, "weights_fetch_s": self.weights.fetch_seconds,
                 "weights_last_fetch_s": self.weights.last_fetch_seconds or 0.0,
@@ -146,7 +159,8 @@ class RolloutWorker:
         """Stop stepping, deliver the fragments already cut, then stop; returns the final status.
 
         Delivering first is what lets a run's accounting close: every fragment this worker emitted was
-        either sent or is counted in ``fragments_dropped`` (the sink stayed unreachable for ``drain_timeout``).
+        either sent, discarded as stale, or is counted in ``fragments_dropped`` (the sink stayed unreachable for
+        ``drain_timeout``).
         """
         rollout_thread, sender_thread = self._threads
         self._stop_rollout.set()
@@ -160,7 +174,7 @@ class RolloutWorker:
         self.weights.close()
         self.loop.close()
         status = self.status()
-        status["fragments_dropped"] = status["fragments_emitted"] - status["fragments_sent"]
+        status["fragments_dropped"] = undelivered(status)
         return status
 
     # ------------------------------------------------------------------ threads
@@ -193,12 +207,16 @@ class RolloutWorker:
         try:
             while not self._stop.is_set():
                 try:
-                    batch = [self.send_queue.get(timeout=0.5)]
+                    taken = [self.send_queue.get(timeout=0.5)]
                 except queue.Empty:
                     continue
-                batch += self._take_waiting()
+                taken += self._take_waiting()
                 started = time.monotonic()
+                batch = taken
                 while not self._stop.is_set():
+                    batch = self._without_stale(batch)  # checked again before each retry: versions move on
+                    if not batch:
+                        break
                     try:
                         self.sink.send(batch)
                         self.sent += len(batch)
@@ -206,11 +224,18 @@ class RolloutWorker:
                     except ray.exceptions.RayActorError:
                         self.send_failures += 1  # the sink is being recreated: keep the fragments, retry
                         time.sleep(1.0)
-                for _ in batch:
+                for _ in taken:
                     self.send_queue.task_done()
                 self.send_seconds += time.monotonic() - started
         finally:
             self.sink.close()
+
+    def _without_stale(self, fragments: list[Fragment]) -> list[Fragment]:
+        """``fragments`` less those the trainer, at least at the newest offered version, will never sample."""
+        newest = self.weights.newest_offered
+        fresh = [f for f in fragments if not too_stale(f.min_version, newest, self.max_staleness)]
+        self.discarded_stale += len(fragments) - len(fresh)
+        return fresh
 
     def _take_waiting(self) -> list[Fragment]:
         """The fragments already queued behind the one just taken (a group's envs end fragments together)."""
@@ -349,6 +374,7 @@ class RolloutManager:
             "rollout/loop_s": float(totals["elapsed_s"]),
             "rollout/fragments_emitted": float(totals["fragments_emitted"]),
             "rollout/fragments_sent": float(totals["fragments_sent"]),
+            "rollout/fragments_discarded_stale": float(totals["fragments_discarded_stale"]),
             "rollout/fragments_per_env_per_version": float(self.share_sent or 0),
         }
 
@@ -393,8 +419,8 @@ class RolloutManager:
     def shutdown(self, timeout: float = 60.0) -> dict[str, float]:
         """Stop every worker (each delivers what it already cut), then kill them; returns the rollout accounting.
 
-        ``fragments_emitted == fragments_sent + fragments_dropped + fragments_unsent_by_replaced_workers +
-        fragments_lost_with_dead_nodes``: the last two are what dead workers had cut but not sent at their last
+        ``fragments_emitted == fragments_sent + fragments_discarded_stale + fragments_dropped +
+        fragments_unsent_by_replaced_workers + fragments_lost_with_dead_nodes``: the last two are what dead workers had cut but not sent at their last
         status answer, on nodes that are still alive and on nodes that died.
         """
         import ray
@@ -431,7 +457,7 @@ class RolloutManager:
         for worker in workers:
             ray.kill(worker, no_restart=True)
         self.workers = []
-        keys = ("fragments_emitted", "fragments_sent", "env_steps", "restarts")
+        keys = ("fragments_emitted", "fragments_sent", "fragments_discarded_stale", "env_steps", "restarts")
         totals = {key: self.retired[key] + sum(float(f.get(key, 0.0)) for f in finals) for key in keys}
         totals["fragments_dropped"] = self.dropped_by_replaced + float(sum(f.get("fragments_dropped", 0)
                                                                            for f in finals))
@@ -584,7 +610,7 @@ class RolloutManager:
             self.dropped_by_replaced += float(final.get("fragments_dropped", 0))
         except Exception:
             final = last_status
-            unsent = max(0.0, float(final.get("fragments_emitted", 0)) - float(final.get("fragments_sent", 0)))
+            unsent = max(0.0, undelivered(final))
             self.unsent_by_dead_workers.append((final.get("node"), unsent))
         try:
             ray.kill(worker, no_restart=True)

@@ -97,7 +97,8 @@ def format_accounting(counts: dict[str, float]) -> str:
 
     removed = {key.removeprefix("replay/removed_"): int(value) for key, value in counts.items()
                if key.startswith("replay/removed_") and value}
-    return (f"emitted {get('rollout/fragments_emitted')} = sent {get('rollout/fragments_sent')} + dropped at stop "
+    return (f"emitted {get('rollout/fragments_emitted')} = sent {get('rollout/fragments_sent')} + discarded as "
+            f"stale {get('rollout/fragments_discarded_stale')} + dropped at stop "
             f"{get('rollout/fragments_dropped')} + unsent by replaced workers "
             f"{get('rollout/fragments_unsent_by_replaced_workers')} + lost with dead nodes "
             f"{get('rollout/fragments_lost_with_dead_nodes')}; replay registered {get('replay/added')} "

@@ -80,10 +80,11 @@ def _assert_the_lost_node_is_accounted_for(runs: Path, stdout: Path) -> str:
     assert metrics["rollout/workers_given_up"] == 0.0 and metrics["rollout/workers_recreated"] in (1.0, 2.0)
     # every fragment is accounted for, those that crossed to the store through Ray and those the lost node held
     accounting = re.search(r"craftrl:   fragments: (.*)", stdout.read_text()).group(1)
-    counts = [int(n) for n in re.search(r"emitted (\d+) = sent (\d+) \+ dropped at stop (\d+) \+ unsent by replaced "
-                                        r"workers (\d+) \+ lost with dead nodes (\d+)", accounting).groups()]
+    counts = [int(n) for n in re.search(r"emitted (\d+) = sent (\d+) \+ discarded as stale (\d+) \+ dropped at stop "
+                                        r"(\d+) \+ unsent by replaced workers (\d+) \+ lost with dead nodes (\d+)",
+                                        accounting).groups()]
     assert counts[0] == sum(counts[1:]) and re.search(r"unaccounted 0\b", accounting), accounting
-    assert counts[3] == 0, "the lost node's worker is booked under the node's loss, not as a replaced worker"
+    assert counts[4] == 0, "the lost node's worker is booked under the node's loss, not as a replaced worker"
     retired = last_metrics(runs, having="replay/retired_writers")["replay/retired_writers"]
     assert retired == metrics["rollout/workers_recreated"], "the buffer refuses each replaced worker from then on"
     return accounting

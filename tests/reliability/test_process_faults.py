@@ -393,11 +393,12 @@ def test_a_stopped_run_saves_a_checkpoint_and_leaves_no_process_behind(tmp_path:
         assert survivors == {}, f"still running {GONE_WITHIN_S:.0f} s after the run stopped: {survivors}"
         # The workers were stopped (not killed with the manager), so every fragment they cut is accounted for.
         # (The CLI once dropped its own handles first: the manager died on the spot and "emitted" read 0.)
-        line = re.search(r"fragments: emitted (\d+) = sent (\d+) \+ dropped at stop (\d+) .*?"
-                         r"replay registered (\d+) .*unaccounted (\d+)", stdout.read_text())
+        line = re.search(r"fragments: emitted (\d+) = sent (\d+) \+ discarded as stale (\d+) \+ dropped at stop "
+                         r"(\d+) .*?replay registered (\d+) .*unaccounted (\d+)", stdout.read_text())
         assert line, stdout.read_text()[-3000:]
-        emitted, sent, dropped, registered, unaccounted = map(int, line.groups())
-        assert emitted > 0 and emitted == sent + dropped and registered == sent and unaccounted == 0, line.group(0)
+        emitted, sent, discarded, dropped, registered, unaccounted = map(int, line.groups())
+        assert emitted > 0 and emitted == sent + discarded + dropped, line.group(0)
+        assert registered == sent and unaccounted == 0, line.group(0)
     finally:
         if process.poll() is None:
             process.kill()

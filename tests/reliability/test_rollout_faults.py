@@ -146,8 +146,10 @@ def test_env_faults_and_a_killed_replay_buffer_lose_and_double_count_nothing(ray
     # Env failures of every kind were met and survived (SIGKILLs, scripted exits, hangs, raises). Not every
     # SIGKILL becomes a restart: a kill that lands while a broken worker is being stopped needs none.
     assert status["rollout/env_restarts"] >= 3
-    # Exact accounting: the workers stopped cleanly, so everything they cut reached the buffer.
-    assert accounting["rollout/fragments_emitted"] == accounting["rollout/fragments_sent"] > 0, (status, accounting)
+    # Exact accounting: the workers stopped cleanly, so everything they cut reached the buffer, but for what they
+    # discarded as stale before sending it (a worker restarting its envs may fall behind the learner).
+    assert accounting["rollout/fragments_emitted"] == accounting["rollout/fragments_sent"] + \
+        accounting["rollout/fragments_discarded_stale"] and accounting["rollout/fragments_sent"] > 0, accounting
     assert accounting["rollout/fragments_dropped"] == 0 and accounting["rollout/workers_stopped_uncleanly"] == 0
     assert accounting["replay/added"] == accounting["rollout/fragments_sent"]
     assert accounting["replay/unaccounted"] == 0

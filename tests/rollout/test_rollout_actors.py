@@ -97,6 +97,38 @@ def test_worker_backpressure_blocks_and_resumes_without_loss(ray_session, tmp_pa
         np.testing.assert_array_equal(t, np.arange(len(t)) % 5)
 
 
+def test_a_worker_discards_what_the_newest_offered_version_makes_too_stale_and_counts_it(ray_session, tmp_path):
+    """Fragments acted by the initial weights (version -1) wait behind a stalled sink while version 3 is offered:
+    with ``max_staleness`` 2 the buffer would refuse them, so the worker does not send them, and counts them."""
+    ray = ray_session
+    sink = ray.remote(max_concurrency=4)(CollectingSink).remote()
+    ray.get(sink.set_open.remote(False))
+    env = functools.partial(ScriptedEnv, episode_length=5)
+    config = online(tmp_path, to_send_queue_size=4, replay_buffer_config={"max_staleness": 2})
+    worker = ray.remote(max_concurrency=4)(RolloutWorker).remote("w0", env, counting_policy_generator, config,
+                                                                 ActorSink(sink))
+    wait_until(lambda: ray.get(worker.status.remote())["queue_fill"] >= 2)
+    ray.get(worker.update_weights.remote(3, [ray.put(CountingPolicy().state_dict())]))
+    ray.get(sink.set_open.remote(True))
+    wait_until(lambda: sum(r[2] == 3 for r in ray.get(sink.summary.remote())) >= 4)
+    final = ray.get(worker.stop.remote())
+    received = ray.get(sink.summary.remote())
+    discarded = final["fragments_discarded_stale"]
+    assert discarded >= 2, final
+    assert final["fragments_emitted"] == final["fragments_sent"] + discarded and final["fragments_dropped"] == 0
+    assert len(received) == final["fragments_sent"]
+    holes = 0
+    for env_id in {r[0] for r in received}:
+        mine = sorted((r for r in received if r[0] == env_id), key=lambda r: r[1])
+        indices, versions = [r[1] for r in mine], [r[2] for r in mine]
+        holes += indices[-1] + 1 - len(indices)
+        assert set(versions) <= {-1, 3} and versions == sorted(versions), list(zip(indices, versions))
+        # old fragments arrive only before the first hole (those already in the sink call when 3 was offered)
+        first_hole = next((i for i, index in enumerate(indices) if index != i), len(indices))
+        assert all(version == 3 for version in versions[first_hole:]), list(zip(indices, versions))
+    assert holes == discarded, "every fragment missing from the sink is one the worker counted as discarded"
+
+
 def test_manager_broadcasts_weights_recreates_dead_workers_and_records_video(ray_session, tmp_path):
     ray = ray_session
     sink = ray.remote(max_concurrency=4)(CollectingSink).remote()
