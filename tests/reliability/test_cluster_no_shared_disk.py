@@ -23,6 +23,11 @@ from craftrl.utils.simulated_nodes import (NodeLink, RolloutNode, mount_namespac
 
 pytestmark = pytest.mark.ray
 
+# Ray declares a node dead after 5 failed health checks; with a check every second and a 2-s deadline the cut-off
+# worker's slot waited for a node 31 s after the cut, with Ray's defaults 80 s (one run each): a shorter test
+QUICK_HEALTH_CHECKS = {"health_check_period_ms": 1000, "health_check_timeout_ms": 2000,
+                       "health_check_failure_threshold": 5}
+
 
 def _head_and_two_rollout_nodes(runs: Path, tmp_path: Path, system_config: dict | None = None,
                                  link: NodeLink | None = None):
@@ -102,7 +107,7 @@ def test_rollout_nodes_without_the_drivers_disk_train_through_the_object_store_a
         pytest.skip(reason)
     runs, log = tmp_path / "runs", tmp_path / "placement.jsonl"
     config = write_cluster_config(tmp_path / "cluster_config.py", log, iterations=100_000, video_interval=2)
-    cluster, nodes = _head_and_two_rollout_nodes(runs, tmp_path)
+    cluster, nodes = _head_and_two_rollout_nodes(runs, tmp_path, QUICK_HEALTH_CHECKS)
     stdout, stderr = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
     with _training_on(cluster, nodes, config, runs, stdout, stderr) as (process, head, rollout_nodes):
         wait_for("2 iterations", lambda: last_metrics(runs).get("train/iteration", 0) >= 2)
@@ -143,10 +148,6 @@ def test_rollout_nodes_without_the_drivers_disk_train_through_the_object_store_a
         assert _files_under(node.view) == [], node.view
 
 
-# Ray declares a node dead after 5 failed health checks; with a check every second and a 2-s deadline the cut-off
-# worker's slot waited for a node 31 s after the cut, with Ray's defaults 80 s (one run each): a shorter test
-QUICK_HEALTH_CHECKS = {"health_check_period_ms": 1000, "health_check_timeout_ms": 2000,
-                       "health_check_failure_threshold": 5}
 # an 8 MB version takes ~3.5 s over 20 Mbit/s: the learner publishes several versions while one crosses
 SLOW_LINK, WEIGHTS_BYTES = "20mbit", 8 << 20
 
