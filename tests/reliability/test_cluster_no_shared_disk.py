@@ -24,7 +24,8 @@ from craftrl.utils.simulated_nodes import (NodeLink, RolloutNode, mount_namespac
 pytestmark = pytest.mark.ray
 
 # Ray declares a node dead after 5 failed health checks; with a check every second and a 2-s deadline the cut-off
-# worker's slot waited for a node 31 s after the cut, with Ray's defaults 80 s (one run each): a shorter test
+# worker's slot waited for a node 31 s after the cut, with Ray's defaults 80 s, and a crashed node's 21 s against 28 s
+# (one run each): shorter tests
 QUICK_HEALTH_CHECKS = {"health_check_period_ms": 1000, "health_check_timeout_ms": 2000,
                        "health_check_failure_threshold": 5}
 
