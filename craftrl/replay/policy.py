@@ -44,6 +44,7 @@ def too_stale(min_version: int, trainer_version: int, max_staleness: int) -> boo
     ``trainer_version``: the staleness rule, applied by the buffer and, ahead of sending, by rollout workers."""
     return trainer_version - min_version > max_staleness
 
+
 REJECT_REASONS = ("stale_on_arrival", "out_of_order", "gap", "from_retired_writer")
 EVICT_REASONS = ("capacity", "stale", "reuse", "corrupt")
 REMOVAL_REASONS = REJECT_REASONS + EVICT_REASONS

@@ -420,8 +420,8 @@ class RolloutManager:
         """Stop every worker (each delivers what it already cut), then kill them; returns the rollout accounting.
 
         ``fragments_emitted == fragments_sent + fragments_discarded_stale + fragments_dropped +
-        fragments_unsent_by_replaced_workers + fragments_lost_with_dead_nodes``: the last two are what dead workers had cut but not sent at their last
-        status answer, on nodes that are still alive and on nodes that died.
+        fragments_unsent_by_replaced_workers + fragments_lost_with_dead_nodes``: the last two are what dead workers
+        had cut but not sent at their last status answer, on nodes that are still alive and on nodes that died.
         """
         import ray
 
