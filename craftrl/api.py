@@ -1,57 +1,90 @@
-"""MineStudio-compatible entry points, named as in its quick start.
+"""MineStudio-compatible entry points, named and called as in MineStudio's online module.
 
-A MineStudio script ends with::
+A MineStudio launcher ends with::
 
-    start_rolloutmanager(policy_generator, env_generator, online_cfg)
-    start_trainer(policy_generator, env_generator, online_cfg)
+    start_rolloutmanager(policy_generator, env_generator, online_cfg, address="localhost:9899")
+    start_trainer(policy_generator, env_generator, online_cfg, whole_config)
 
-and the same two lines work with ``from craftrl import start_rolloutmanager, start_trainer``. ``online_cfg``
-may be a plain dict, an OmegaConf ``DictConfig`` or an ``OnlineConfig``; it is validated against the schema
-before anything starts, so a typo fails in one line instead of after Ray and the env processes are up.
+and the same lines run with ``from craftrl import start_rolloutmanager, start_trainer``. ``online_cfg`` may be a
+plain dict, an OmegaConf ``DictConfig`` or an ``OnlineConfig``; a generator may be a ``functools.partial`` that
+binds its arguments (ROCKET-3 binds a checkpoint path).
+
+Bad input -- the config, a generator that still needs an argument, a cluster that cannot be reached or is too
+small for the config, a module of the user's that a node cannot import -- prints one ``craftrl: error:`` line
+per problem on stderr and exits with status 2 (``SystemExit``), before any env process starts, as ``craftrl
+train`` does: a launcher gets the CLI's behaviour without a try block of its own.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import sys
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from craftrl.config.loading import check_generator
 from craftrl.config.schema import OnlineConfig
-from craftrl.config.validate import build_config
+from craftrl.config.validate import ConfigError, build_config
+
+
+@contextlib.contextmanager
+def _bad_input_exits() -> Iterator[None]:
+    """Bad input ends the process with one line per problem and status 2, never a traceback."""
+    from craftrl.cli.main import EXIT_BAD_INPUT, one_line
+    from craftrl.ray_bootstrap import ClusterResourceError
+
+    try:
+        yield
+    except ConfigError as error:
+        for problem in error.problems:
+            print(f"craftrl: error: {one_line(problem)}", file=sys.stderr)
+        raise SystemExit(EXIT_BAD_INPUT) from None
+    except ClusterResourceError as error:
+        print(f"craftrl: error: {one_line(str(error))}", file=sys.stderr)
+        raise SystemExit(EXIT_BAD_INPUT) from None
 
 
 def _validated(policy_generator: Callable[[], Any], env_generator: Callable[[], Any],
                online_cfg: Mapping[str, Any] | OnlineConfig) -> OnlineConfig:
-    check_generator("policy_generator", policy_generator, where="start arguments")
-    check_generator("env_generator", env_generator, where="start arguments")
-    return online_cfg if isinstance(online_cfg, OnlineConfig) else build_config(online_cfg)
-
-
-def _absolute_paths(config: OnlineConfig) -> OnlineConfig:
-    """Relative output paths resolve against the caller's directory, not each actor's (MineStudio's trap)."""
-    from pathlib import Path
-
+    """The config with its output paths absolute: relative ones resolve against the caller's directory, not each
+    actor's (MineStudio's trap)."""
     from craftrl.run_dir import RunDirectory
 
+    check_generator("policy_generator", policy_generator, where="start arguments")
+    check_generator("env_generator", env_generator, where="start arguments")
+    config = online_cfg if isinstance(online_cfg, OnlineConfig) else build_config(online_cfg)
     return RunDirectory(Path.cwd()).resolve_config_paths(config)
 
 
 def start_rolloutmanager(policy_generator: Callable[[], Any], env_generator: Callable[[], Any],
-                         online_cfg: Mapping[str, Any] | OnlineConfig) -> Any:
+                         online_cfg: Mapping[str, Any] | OnlineConfig, address: str | None = None) -> Any:
     """Start the named ``rollout_manager`` actor with its workers, the replay buffer and episode statistics.
 
-    Starts a local Ray sized to the config when none is running. Replaces the actors of a previous start.
-    Returns the manager's actor handle; workers start producing fragments right away.
+    ``address`` is the Ray cluster to join, as in MineStudio (``"localhost:9899"``, ``"auto"``,
+    ``"ray://host:10001"``); None joins ``ray_config.address`` if set, else starts a local Ray sized to the config.
+    A Ray this process already joined is used as it is. Before any worker starts, every other node that can host
+    a worker is asked whether it can import the user's modules the generators need (docs/cluster.md).
+
+    Replaces the actors of a previous start. Returns the manager's actor handle; workers start producing
+    fragments right away.
     """
     import ray
 
+    from craftrl.config.generator_modules import problems_on_cluster
     from craftrl.ray_bootstrap import ray_init
     from craftrl.rollout.start import start_rollout_system
 
-    config = _absolute_paths(_validated(policy_generator, env_generator, online_cfg))
-    if not ray.is_initialized():
-        ray_init(config)
+    with _bad_input_exits():
+        config = _validated(policy_generator, env_generator, online_cfg)
+        joined_here = not ray.is_initialized()
+        if joined_here:
+            ray_init(config, address=address)
+        problems = problems_on_cluster(env_generator, policy_generator, config)
+        if problems:
+            if joined_here:
+                ray.shutdown()
+            raise ConfigError(problems)
     return start_rollout_system(policy_generator, env_generator, config).manager
 
 
@@ -75,12 +108,13 @@ def start_trainer(policy_generator: Callable[[], Any], env_generator: Callable[[
     from craftrl.train.trainer import run_trainer
     from craftrl.weights import pull_retry_advice, ray_pull_timeout_ms
 
-    config = _absolute_paths(_validated(policy_generator, env_generator, online_cfg))
-    if whole_config is not None and not isinstance(whole_config, str):
-        raise TypeError(f"start_trainer: whole_config: expected the config source text (str) or None, "
-                        f"got {type(whole_config).__name__}")
-    if not ray.is_initialized():
-        ray_init(config)
+    with _bad_input_exits():
+        config = _validated(policy_generator, env_generator, online_cfg)
+        if whole_config is not None and not isinstance(whole_config, str):
+            raise ConfigError([f"start_trainer: whole_config: expected the config source text (str) or None, "
+                               f"got {type(whole_config).__name__}"])
+        if not ray.is_initialized():
+            ray_init(config)
     if run_dir is None:
         directory = RunDirectory.create(config.output_root, config.logger_config.name)
         directory.save_config(config, whole_config or "", "config.py")

@@ -104,6 +104,11 @@ def ray_init(config: OnlineConfig | None = None, address: str | None = None, *,
         check_cluster_resources(config, resources)
         return resources
     if address:
+        unreachable = unreachable_reason(address)
+        if unreachable:
+            raise ClusterResourceError(f"cannot reach a Ray cluster at {address!r} ({unreachable}); start one there "
+                                       "(ray start --head --port PORT, docs/cluster.md) or leave the address out for "
+                                       "a local Ray")
         try:
             ray.init(address=address, namespace="craftrl", **ray_kwargs)
         except ConnectionError as error:
@@ -136,6 +141,24 @@ def ray_init(config: OnlineConfig | None = None, address: str | None = None, *,
     options.update(ray_kwargs)
     ray.init(**options)
     return ray.cluster_resources()
+
+
+def unreachable_reason(address: str, timeout: float = 5.0) -> str | None:
+    """Why nothing answers at ``address`` (``host:port``, optionally ``ray://``), or None when something listens
+    there. ``ray.init`` retries an address where nothing listens for minutes before it fails; this asks once.
+    'auto' is left to Ray, which fails at once when it finds no cluster."""
+    import socket
+
+    if address in ("auto", "local"):
+        return None
+    host, separator, port = address.removeprefix("ray://").rpartition(":")
+    if not separator or not port.isdigit():
+        return "expected host:port, 'auto' or ray://host:port"
+    try:
+        socket.create_connection((host.strip("[]") or "localhost", int(port)), timeout=timeout).close()
+    except OSError as error:
+        return error.strerror or str(error) or type(error).__name__
+    return None
 
 
 def _token_hint() -> str:

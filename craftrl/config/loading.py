@@ -63,9 +63,12 @@ def check_generator(name: str, generator: Any, where: str = "config") -> None:
         raise ConfigError([f"{where}: {name}: expected a callable taking no arguments, got {generator!r}"])
     try:
         inspect.signature(generator).bind()
-    except TypeError:
-        raise ConfigError([f"{where}: {name}: expected a callable taking no arguments, "
-                           f"but {getattr(generator, '__name__', generator)!r} needs arguments"]) from None
+    except TypeError as error:  # "missing a required argument: 'checkpoint_path'"
+        function = generator.func if isinstance(generator, functools.partial) else generator
+        what = f"functools.partial({getattr(function, '__name__', function)}, ...)" \
+            if function is not generator else repr(getattr(generator, "__name__", generator))
+        raise ConfigError([f"{where}: {name}: expected a callable taking no arguments, but {what} needs arguments "
+                           f"({error}); bind them with functools.partial"]) from None
     except ValueError:
         pass  # builtins without a signature: trust them
 

@@ -161,7 +161,7 @@ class TrainConfig:
     use_normalized_vf: bool = key(True, "Learn the value in normalised return units (running mean/std), denormalised for GAE.")
     num_readers: int = key(2, "Replay reader actors per train worker that load and decode chunks in parallel. 0 reads them in the train worker's own process, without reader processes or object transfers (the least CPU on one machine); a train worker on another node than the replay buffer then reads through 1 reader actor, with a warning.", NON_NEGATIVE)
     num_cpus_per_reader: float = key(0.0, "CPUs reserved per reader in Ray's accounting.", NON_NEGATIVE)
-    prefetch_batches: int = key(2, "Batches read ahead while the learner computes.", NON_NEGATIVE)
+    prefetch_batches: int = key(2, "Batches read ahead while the learner computes: each train worker keeps the batch it reads plus this many more in flight over its readers (MineStudio's window).", NON_NEGATIVE)
     save_interval: int = key(10, "Save a checkpoint every this many iterations; 0 saves only the final one.", NON_NEGATIVE)
     keep_interval: int = key(40, "Checkpoints at multiples of this are kept forever; others only while among the newest few. 0 keeps only the newest few.", NON_NEGATIVE)
     record_video_interval: Optional[int] = key(None, "Record one episode to mp4 every this many iterations; None or 0 disables.", NON_NEGATIVE)
@@ -204,10 +204,13 @@ class OnlineConfig:
     logger_config: LoggerConfig = section(LoggerConfig, "Where metrics go.")
     ray_config: RayConfig = section(RayConfig, "How Ray is started or joined.")
 
+    def chunks_per_batch(self) -> int:
+        """Chunks in one train worker's batch (batch_size_per_gpu fragments)."""
+        return max(1, self.train_config.batch_size_per_gpu // self.rollout_config.replay_buffer_config.fragments_per_chunk)
+
     def chunks_per_iteration(self) -> int:
         """Chunks one train worker samples from the replay buffer per iteration."""
-        train, buffer = self.train_config, self.rollout_config.replay_buffer_config
-        return max(1, train.batch_size_per_gpu * train.batches_per_iteration // buffer.fragments_per_chunk)
+        return self.chunks_per_batch() * self.train_config.batches_per_iteration
 
     def fragments_per_iteration(self) -> int:
         """The fragments all train workers sample per iteration."""

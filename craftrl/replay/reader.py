@@ -1,9 +1,10 @@
 """Trainer side: turn sampled chunk descriptors into fragments, reading the LMDB store directly.
 
 :class:`ChunkReader` reads in the calling process. :class:`ReaderPool` spreads reads over ``num_readers``
-Ray actors (``num_cpus_per_reader`` each, on the store's node) and keeps ``num_readers * (1 + prefetch_batches)``
-chunk reads in flight; with ``num_readers=0`` it reads in the calling process (local mode, tests). Results come
-back in descriptor order, so a batch's composition does not depend on which reader finished first.
+Ray actors (``num_cpus_per_reader`` each, on the store's node; one pool per train worker) and keeps the batch
+being read plus ``prefetch_batches`` more in flight, ``(1 + prefetch_batches) * chunks_per_batch`` chunk reads,
+as MineStudio's loader pool does; with ``num_readers=0`` it reads in the calling process (local mode, tests).
+Results come back in descriptor order, so a batch's composition does not depend on which reader finished first.
 
 A chunk with an unreadable or missing record is not fatal: its :class:`ReadResult` carries the error and no
 fragments, and the pool tells the buffer (``report_corrupt``) so the chunk is never sampled again.
@@ -58,7 +59,7 @@ class ReaderPool:
     """Parallel, prefetching chunk reads for the trainer."""
 
     def __init__(self, buffer: Any, num_readers: int = 2, num_cpus_per_reader: float = 1.0,
-                 prefetch_batches: int = 1, layout: StoreLayout | None = None) -> None:
+                 prefetch_batches: int = 1, chunks_per_batch: int = 1, layout: StoreLayout | None = None) -> None:
         if not isinstance(num_readers, int) or num_readers < 0:
             raise ValueError(f"train_config.num_readers: expected an int >= 0, got {num_readers!r}")
         if not isinstance(prefetch_batches, int) or prefetch_batches < 0:
@@ -74,7 +75,7 @@ class ReaderPool:
         remote_reader = ray.remote(ChunkReader)
         self._readers = [remote_reader.options(num_cpus=num_cpus_per_reader, **placement).remote(layout)
                          for _ in range(num_readers)]
-        self._max_in_flight = max(1, num_readers) * (1 + prefetch_batches)
+        self.max_in_flight = max(1, chunks_per_batch) * (1 + prefetch_batches)
         self.failed_reads = 0
 
     def read(self, descriptors: Sequence[ChunkDescriptor]) -> Iterator[ReadResult]:
@@ -83,7 +84,7 @@ class ReaderPool:
         queue = iter(enumerate(descriptors))
         for position, descriptor in queue:
             pending.append(self._submit(position, descriptor))
-            if len(pending) >= self._max_in_flight:
+            if len(pending) >= self.max_in_flight:
                 break
         while pending:
             result = self._resolve(pending.popleft())

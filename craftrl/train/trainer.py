@@ -121,7 +121,8 @@ class _Run:
             raise RuntimeError("no replay buffer actor is running: call start_rolloutmanager before start_trainer")
         self.readers = ReaderPool(self.replay, num_readers=reader_actors(train.num_readers, self.replay),
                                   num_cpus_per_reader=train.num_cpus_per_reader,
-                                  prefetch_batches=train.prefetch_batches)
+                                  prefetch_batches=train.prefetch_batches,
+                                  chunks_per_batch=self.online.chunks_per_batch())
         half = self.online.rollout_config.weights_dtype == "float16"
         parameters = [name for name, _ in self.learner.policy.named_parameters()] if half else []
         self.publisher = WeightPublisher(self.manager, half_precision=parameters) if self.rank == 0 else None

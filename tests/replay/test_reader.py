@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from craftrl.replay.codec import encode_fragment
 from craftrl.replay.policy import BufferPolicy, FragmentMeta
-from craftrl.replay.reader import ChunkReader
+from craftrl.replay.reader import ChunkReader, ReaderPool
 from craftrl.replay.store import FragmentStore, create_store
 
 
@@ -42,4 +42,29 @@ def test_corrupted_record_is_reported_clearly_and_the_buffer_carries_on(tmp_path
     missing = reader.read(next(d for d in policy.sample(2) if d.env_id == "a"))
     assert not missing.ok and "not in the replay store" in missing.error
     reader.close()
+    store.close()
+
+
+def test_prefetch_batches_keeps_that_many_batches_of_reads_ahead_of_the_one_consumed(tmp_path, make_fragment):
+    """MineStudio's ``prefetch_batches``: the batch being read plus this many more in flight, whatever the number of
+    readers; with ROCKET-3's batch of 1 fragment and 4 ahead, 5 reads wait while the first is consumed."""
+    layout = create_store(tmp_path, num_shards=1, max_fragments=64, max_fragment_bytes=1 << 16)
+    store = FragmentStore(layout)
+    policy = BufferPolicy(max_chunks=64, max_reuse=1, fragments_per_chunk=1)
+    for index in range(40):
+        store.put(index, encode_fragment(make_fragment(env_id="a", index=index, seed=index)))
+        policy.add(FragmentMeta(index, "a", index, 0))
+    descriptors = policy.sample(40)
+    for prefetch_batches, chunks_per_batch in ((4, 1), (2, 8), (0, 3)):
+        pool = ReaderPool(buffer=None, num_readers=0, prefetch_batches=prefetch_batches,
+                          chunks_per_batch=chunks_per_batch, layout=layout)
+        submitted = []
+        read_one = pool._submit
+        pool._submit = lambda position, descriptor: submitted.append(position) or read_one(position, descriptor)
+        results = pool.read(descriptors)
+        next(results)
+        # the window of (1 + prefetch_batches) batches was full when the first result was taken; one more refills it
+        assert len(submitted) == (1 + prefetch_batches) * chunks_per_batch + 1
+        assert [r.descriptor for r in [*results]] == descriptors[1:]
+        pool.close()
     store.close()

@@ -329,6 +329,31 @@ def test_enable_ref_update_moves_the_reference_by_its_rate_after_each_iteration(
         assert kls[0] > 0 and kls[1] < kls[0], "each iteration starts at its reference: only one iteration's move"
 
 
+def test_coef_rho_decay_shrinks_the_kl_weight_the_loss_uses_after_every_iteration_with_a_moving_reference():
+    """ROCKET-3's values (rho 0.2, decay 0.9995, enable_ref_update): iteration k reports and uses rho 0.2 * 0.9995^k,
+    and the loss it would take next differs from a KL-free one by exactly that weight times the KL to the moved
+    reference."""
+    torch.manual_seed(8)
+    rng = np.random.default_rng(8)
+    policy = mlp_policy_generator(obs_dim=4, num_actions=2)
+    reference = make_reference(policy)
+    config = train_config(kl_divergence_coef_rho=0.2, coef_rho_decay=0.9995, enable_ref_update=True)
+    learner = PPOLearner(policy, config, torch.device("cpu"), reference=reference)
+    reported = []
+    for iteration in range(3):
+        fragments = bandit_fragments(policy, num_envs=4, length=6, rng=rng, version=iteration)
+        reported.append(learner.iteration(fragments, iteration, iteration, torch.Generator().manual_seed(0))["ppo/rho"])
+    assert reported == pytest.approx([0.2, 0.2 * 0.9995, 0.2 * 0.9995 ** 2], rel=1e-12)
+    assert learner.rho == pytest.approx(0.2 * 0.9995 ** 3, rel=1e-12)
+    batch = learner.prepare(bandit_fragments(policy, num_envs=4, length=6, rng=rng, version=3))[0]
+    with_kl, terms, _, _ = learner._slice_loss(batch, 0, batch.length, batch.state_in, batch.state_in, False)
+    learner.rho = 0.0
+    without_kl, _, _, _ = learner._slice_loss(batch, 0, batch.length, batch.state_in, batch.state_in, False)
+    assert float(terms["loss/kl_reference"]) > 0, "the reference moved only part of the way: there is a KL"
+    kl_weight = float(with_kl.detach() - without_kl.detach()) / float(terms["loss/kl_reference"])
+    assert kl_weight == pytest.approx(0.2 * 0.9995 ** 3, rel=1e-4)
+
+
 def test_move_towards_interpolates_float_tensors_and_copies_the_others():
     def module(weight: float, count: int) -> torch.nn.Module:
         layer = torch.nn.Linear(2, 1)
