@@ -21,6 +21,39 @@ def test_empty_online_dict_takes_documented_defaults():
     assert config.train_config.resume is None
 
 
+def rocket3_online_dict() -> dict:
+    """ROCKET-3's ``online_dict`` as its repository has it: the launcher fixture's with the values it marks
+    ``# theirs`` put back."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "minestudio_launcher" / "online_configs" / "rocket_log.py"
+    spec = importlib.util.spec_from_file_location("rocket_log_fixture", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    online = copy.deepcopy(module.online_dict)
+    online["rollout_config"]["num_gpus_per_worker"] = 1.0
+    online["rollout_config"]["worker_config"].update(num_envs=16, batch_size=8)
+    online["train_config"].update(num_workers=6, num_gpus_per_worker=1.0, num_iterations=4000,
+                                  batches_per_iteration=100)
+    return online
+
+
+def test_rocket3s_online_dict_validates_unchanged_and_recycles_each_of_its_16_envs_in_a_process_of_its_own():
+    """restart_interval recycles an env's process, which needs one env per process: the default envs_per_process
+    gives ROCKET-3's 16 envs with a 3600-s restart_interval 16 processes, and asking to share processes is refused."""
+    online = rocket3_online_dict()
+    config = build_config(OmegaConf.create(online))
+    worker = config.rollout_config.worker_config
+    assert (worker.num_envs, worker.restart_interval, worker.envs_per_process) == (16, 3600.0, 1)
+    train = config.train_config
+    assert (train.prefetch_batches, train.record_video_interval, train.keep_interval) == (4, 1, 40)
+    assert train.enable_ref_update and train.coef_rho_decay == 0.9995
+    online["rollout_config"]["worker_config"]["envs_per_process"] = 2
+    with pytest.raises(ConfigError, match="restart_interval: expected None or 0 when envs_per_process > 1"):
+        build_config(online)
+
+
 def test_seed_004_online_dict_is_accepted_as_dict_and_as_omegaconf():
     for source in (seed004.online_dict, seed004.online_config):
         config = build_config(source)

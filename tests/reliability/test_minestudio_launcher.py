@@ -35,6 +35,17 @@ STOP_DETACHED = textwrap.dedent("""
     print(json.dumps({"alive": alive, "accounting": stop_rollout_system()}))
 """)
 
+# The remedy the error line names: the launcher's directory shipped as Ray's runtime_env working_dir; then the
+# node without it imports the generators' modules.
+CHECK_WITH_WORKING_DIR = textwrap.dedent("""
+    import sys, ray
+    from craftrl.config import build_config
+    from craftrl.config.generator_modules import problems_on_cluster
+    from online_configs.rocket_log import env_generator, online_dict, policy_generator
+    ray.init(address=sys.argv[1], namespace="craftrl", runtime_env={"working_dir": "."}, log_to_driver=False)
+    print(problems_on_cluster(env_generator, policy_generator, build_config(online_dict)))
+""")
+
 
 def _project_with_checkpoint(tmp_path: Path) -> tuple[Path, Path]:
     """A copy of the launcher's directory (outputs land there) and a checkpoint of craftrl's default policy."""
@@ -131,7 +142,8 @@ def test_a_policy_generator_partial_that_lacks_its_argument_stops_in_one_line_wi
 def test_a_node_that_cannot_see_the_launchers_directory_is_one_line_naming_the_module_and_exit_2(tmp_path):
     """A rollout node in a mount namespace of its own sees an empty directory where the launcher lies: the modules
     beside the launcher are not on that node. The launcher stops before any env process starts, in one line that
-    names the module and Ray's runtime_env, and leaves no rollout actor behind."""
+    names the module and Ray's runtime_env, and leaves no rollout actor behind; with the directory shipped as the
+    runtime_env's working_dir, the node imports them."""
     reason = mount_namespaces_work()
     if reason is not None:
         pytest.skip(reason)
@@ -150,6 +162,8 @@ def test_a_node_that_cannot_see_the_launchers_directory_is_one_line_naming_the_m
         result = _launch(project, "--checkpoint", str(checkpoint), "--ray-address", cluster.address, timeout=180)
         left = subprocess.run([sys.executable, "-c", STOP_DETACHED, cluster.address], env=ENVIRONMENT,
                               capture_output=True, text=True, timeout=120)
+        shipped = subprocess.run([sys.executable, "-c", CHECK_WITH_WORKING_DIR, cluster.address], cwd=project,
+                                 env=ENVIRONMENT, capture_output=True, text=True, timeout=180)
     finally:
         node.stop()
         cluster.shutdown()
@@ -162,4 +176,5 @@ def test_a_node_that_cannot_see_the_launchers_directory_is_one_line_naming_the_m
         "the generators' own package is not there either"
     assert len(lines) == 2
     assert json.loads(left.stdout.strip().splitlines()[-1])["alive"] == [], "nothing left running"
+    assert shipped.returncode == 0 and shipped.stdout.strip().splitlines()[-1] == "[]", shipped.stderr[-3000:]
     assert not (project / "imported_by").exists() and not list((tmp_path / "node-view").iterdir())
