@@ -23,9 +23,9 @@ run: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q
 
-# LONG: about 4 h 50 min on 2 cores (3 x 20 min time-to-cows, the peers harness: 3 systems x 2 seeds x 20 min,
-# then 1M env steps of crafter/score for the Crafter score). `make bench BENCH_ARGS=--skip-long` leaves out
-# the last two.
+# LONG: about 4 h on 2 cores (3 x 20 min time-to-cows, the side by side with RLlib PPO on 10 seeds drawn at run
+# time, ~1 h, then 1M env steps of crafter/score for the Crafter score). `make bench BENCH_ARGS=--skip-long`
+# leaves out the last two.
 BENCH_ARGS ?=
 bench: $(STAMP)
 	# slow learning tests first; exit code 5 only means none are marked slow yet

@@ -19,9 +19,13 @@ for the rest of ``--minutes``. A run that misses 3 cows by its deadline counts a
 ``--minutes`` must leave the slowest system room: 7 minutes on the 2-core machines with AVX-512, 12 on a 2-core
 AMD EPYC without it, where RLlib PPO runs at ~200 env steps/s and needs ~100-160k of them.
 
-    python bench/peers.py --minutes 20 --seeds 0 1 --write-results
-    python bench/peers.py --minutes 20 --seeds 0 1 --systems craftrl sb3-ppo sb3-recurrentppo rllib-ppo
-    python bench/peers.py --summarize runs/bench_peers      # re-read finished runs, run nothing
+    python bench/peers.py --minutes 7 --stop-at-cows 3 --systems craftrl rllib-ppo --write-results   # make bench
+    python bench/peers.py --minutes 20 --seeds 5 6 --systems craftrl sb3-ppo sb3-recurrentppo rllib-ppo
+    python bench/peers.py --summarize runs/bench_peers/<date>  # re-read finished runs, run nothing
+
+Without ``--seeds`` it draws ``--num-seeds`` (10) seeds at random at run time (``bench/seeds.py``), prints them and
+saves them in the run's ``context.json``: a reported figure comes from seeds no setting was chosen on. The results
+give each system's median and interquartile range and how many of its runs did not reach 3 cows.
 
 Writes ``OUTPUT_ROOT/peers.md`` and ``OUTPUT_ROOT/peers_cows.png`` (with ``--write-results`` also
 ``bench/results/peers.md`` and ``bench/figures/peers_cows.png``, which ``make bench`` puts into BENCHMARKS.md).
@@ -67,6 +71,7 @@ import time_to_cows  # noqa: E402
 from machine import describe_machine  # noqa: E402
 from craftrl.metrics import read_jsonl  # noqa: E402
 from peer_curve import LAUNCHED_AT_ENV, THRESHOLDS, first_reaching, summarize_points, reached_or_inf  # noqa: E402
+from seeds import add_seed_arguments, seeds_from, spread  # noqa: E402
 
 PEER_SCRIPTS: dict[str, list[str]] = {
     "sb3-ppo": ["sb3_cows.py"],
@@ -272,6 +277,10 @@ def fmt_s(value: float | None) -> str:
     return "not reached" if value is None or math.isinf(value) else f"{value:.0f} s"
 
 
+def fmt_steps(value: float) -> str:
+    return "not reached" if math.isinf(value) else f"{value:.0f}"
+
+
 def fmt_cows(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
@@ -378,6 +387,8 @@ def results_markdown(summaries: list[dict[str, Any]], context: dict[str, Any], f
         "Systems ran one at a time, seeds interleaved; each clock starts at its command's launch (imports, Ray and "
         "env start-up count); cows per episode is the mean of the last 20 episodes, counted once 20 have finished. "
         "All systems step craftrl's own `crafter/cows` env (the peers through `bench/peers/cows_gym.py`)."
+        + (" The seeds were drawn at random when the run started (bench/seeds.py): no setting was chosen on them."
+           if context.get("seeds_drawn") else "")
         + (f" Every process of every system ran with {limits}: torch used none of the CPU's instructions beyond"
            " those, as on a CPU without them." if limits else "")
         + (f" Each run ended once it reached {context['stop_at_cows']:g} cows per episode (or at {context['minutes']:g}"
@@ -394,14 +405,20 @@ def results_markdown(summaries: list[dict[str, Any]], context: dict[str, Any], f
         lines.append(f"| {LABELS.get(s['system'], s['system'])} | {s['seed']} | {s['params'] / 1e6:.2f} M | "
                      f"{s.get('end_to_end_sps', 0.0):.0f} | {times} | {'not reached' if steps3 is None else steps3} | {cows} |")
     systems = sorted({s["system"] for s in summaries}, key=SYSTEMS.index)
-    lines += ["", "| system | median env steps/s | median time to 3 cows | median env steps to 3 cows | seeds |",
-              "|---|---:|---|---:|---:|"]
+    lines += ["", "Median (first quartile - third quartile) over seeds; a run that did not reach 3 cows counts as "
+              "infinite.", "",
+              "| system | env steps/s | time to 3 cows | env steps to 3 cows | did not reach 3 cows | seeds |",
+              "|---|---:|---|---:|---:|---:|"]
     for name in systems:
         mine = [s for s in summaries if s["system"] == name]
-        steps = median([reached_or_inf(s.get("env_steps_to_3_cows")) for s in mine])
-        lines.append(f"| {LABELS.get(name, name)} | {median([s.get('end_to_end_sps', 0.0) for s in mine]):.0f} | "
-                     f"{fmt_s(median([reached_or_inf(s.get('time_to_3_cows_s')) for s in mine]))} | "
-                     f"{'not reached' if math.isinf(steps) else f'{steps:.0f}'} | {len(mine)} |")
+        sps = spread([s.get("end_to_end_sps", 0.0) for s in mine])
+        seconds = spread([reached_or_inf(s.get("time_to_3_cows_s")) for s in mine])
+        steps = spread([reached_or_inf(s.get("env_steps_to_3_cows")) for s in mine])
+        missed = sum(1 for s in mine if s.get("time_to_3_cows_s") is None)
+        lines.append(f"| {LABELS.get(name, name)} | {sps[0]:.0f} ({sps[1]:.0f} - {sps[2]:.0f}) | "
+                     f"{fmt_s(seconds[0])} ({fmt_s(seconds[1])} - {fmt_s(seconds[2])}) | "
+                     f"{fmt_steps(steps[0])} ({fmt_steps(steps[1])} - {fmt_steps(steps[2])}) | {missed} | "
+                     f"{len(mine)} |")
     lines += ["", f"**P2** (craftrl / fastest peer, {LABELS.get(fastest, fastest)}, median env steps/s): **{p2:.2f}**. "
               f"**P3** (craftrl / quickest peer to 3 cows, {LABELS.get(quickest, quickest)}, median seconds; "
               f"a median that did not reach 3 cows in {context['minutes']:g} min counts as infinite): **{p3:.2f}**. "
@@ -470,7 +487,7 @@ def profile_table(summaries: list[dict[str, Any]]) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--minutes", type=float, default=20.0)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    add_seed_arguments(parser, count=10)
     parser.add_argument("--systems", nargs="+", choices=SYSTEMS, default=DEFAULT_SYSTEMS)
     parser.add_argument("--config", default="craftrl.configs.default", help="craftrl config")
     parser.add_argument("--output-root", default="runs/bench_peers")
@@ -497,14 +514,17 @@ def main() -> None:
     else:
         root = Path(args.output_root).resolve() / datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
         root.mkdir(parents=True, exist_ok=True)
+        seeds, drawn = seeds_from(args)
+        print(f"peers: seeds {' '.join(map(str, seeds))} ({'drawn at random now' if drawn else 'named by --seeds'})",
+              flush=True)
         context = {"command": "python bench/peers.py " + " ".join(sys.argv[1:]), "date": datetime.date.today().isoformat(),
                    "cores": os.cpu_count(), "machine": describe_machine(),
                    "load_before": os.getloadavg()[0], "versions": versions(),
-                   "minutes": args.minutes, "stop_at_cows": args.stop_at_cows, "seeds": args.seeds,
+                   "minutes": args.minutes, "stop_at_cows": args.stop_at_cows, "seeds": seeds, "seeds_drawn": drawn,
                    "systems": args.systems, "isa_limits": isa_limits(os.environ)}
         (root / "context.json").write_text(json.dumps(context, indent=1) + "\n")
         run_dirs, summaries = {}, []
-        for seed in args.seeds:
+        for seed in seeds:
             for name in args.systems:
                 out = root / f"{name}-seed{seed}"
                 run_dirs[(name, seed)] = out

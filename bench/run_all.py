@@ -29,9 +29,10 @@ SCRIPTS = [["env_throughput.py"], ["policy_inference.py"], ["learner_step.py"], 
            # learning runs: about 5 minutes and then 3 x 20 minutes
            ["cartpole_steps.py", "--seeds", "0", "1", "2", "--write-results"],
            ["time_to_cows.py", "--minutes", "20", "--seeds", "0", "1", "2", "--write-results"],
-           # LONG, ~2 h 10 min: craftrl, SB3 PPO and RLlib PPO, 2 seeds x 20 minutes each, one at a time
-           # (needs the bench extra: pip install -e '.[bench]'); skipped by --skip-long
-           ["peers.py", "--minutes", "20", "--seeds", "0", "1", "--write-results"],
+           # LONG, ~1 h on 2 cores: craftrl and RLlib PPO side by side on 10 seeds drawn at random, each run until
+           # 3 cows per episode or 7 minutes, one at a time (needs the bench extra: pip install -e '.[bench]');
+           # skipped by --skip-long
+           ["peers.py", "--minutes", "7", "--stop-at-cows", "3", "--systems", "craftrl", "rllib-ppo", "--write-results"],
            # LONG, ~1 h 25 min: 1M env steps of crafter/score for 3 seeds one after the other, the Crafter score (P6);
            # skipped by --skip-long
            ["crafter_score.py", "--seeds", "0", "1", "2", "--write-results"]]

@@ -121,14 +121,17 @@ def missing_module_problems(generators: dict[str, Callable[..., Any]], nodes: di
               for node_id, node in nodes.items()}
     answers = ask_nodes({node_id: names for node_id, names in wanted.items() if names})
     needed_by: dict[str, list[str]] = {}  # module -> the generators that need it
+    for generator, modules in own.items():
+        for module in modules:
+            needed_by.setdefault(module, []).append(generator)
     lacking_on: dict[str, list[str]] = {}  # module -> the nodes that cannot import it
     for node_id, lacking in answers.items():
-        for module in sorted(lacking or ()):
-            needed_by[module] = [generator for generator in generators if module in own.get(generator, {})]
-            if needed_by[module] and nodes[node_id]["name"] not in lacking_on.get(module, []):
-                lacking_on.setdefault(module, []).append(nodes[node_id]["name"])
+        for module in sorted(set(lacking or ()) & needed_by.keys()):
+            names = lacking_on.setdefault(module, [])
+            if nodes[node_id]["name"] not in names:  # nodes of one machine share its address
+                names.append(nodes[node_id]["name"])
     return [f"{' and '.join(needed_by[module])}: need{'s' if len(needed_by[module]) == 1 else ''} module "
-            f"{module!r} ({next(own[g][module] for g in needed_by[module])} here), which Ray node"
+            f"{module!r} ({own[needed_by[module][0]][module]} here), which Ray node"
             f"{'s' if len(names) > 1 else ''} {', '.join(names)} cannot import; ship it to the nodes with Ray's "
             "runtime_env (working_dir or py_modules, docs/cluster.md)"
             for module, names in sorted(lacking_on.items())]

@@ -91,3 +91,45 @@ def test_a_run_without_a_summary_is_named_in_the_results_and_left_out_of_the_med
         in one_missing
     assert "**P3b** (craftrl / the peer with the fewest, RLlib PPO, new API stack, median env steps to 3 cows): " \
         "**0.50**." in one_missing
+
+
+def test_seeds_are_drawn_above_every_seed_used_here_unless_named():
+    import argparse
+    import random
+
+    from seeds import HELD_OUT_FROM, add_seed_arguments, draw_seeds, seeds_from
+
+    drawn = draw_seeds(10, random.Random(3))
+    assert len(set(drawn)) == 10 and min(drawn) >= HELD_OUT_FROM
+    parser = argparse.ArgumentParser()
+    add_seed_arguments(parser, count=10)
+    seeds, was_drawn = seeds_from(parser.parse_args([]))
+    assert was_drawn and len(seeds) == 10 and min(seeds) >= HELD_OUT_FROM
+    assert seeds_from(parser.parse_args(["--seeds", "4", "5"])) == ([4, 5], False)
+    assert len(seeds_from(parser.parse_args(["--num-seeds", "3"]))[0]) == 3
+
+
+def test_quartiles_interpolate_and_a_run_that_never_got_there_sorts_last():
+    from seeds import spread
+
+    assert spread([1.0, 2.0, 3.0, 4.0, 5.0]) == (3.0, 2.0, 4.0)
+    assert spread([10.0, 20.0, 30.0, 40.0]) == (25.0, 17.5, 32.5)
+    median, low, high = spread([10.0, 20.0, 30.0, math.inf])
+    assert (median, low, high) == (25.0, 17.5, math.inf), "the third quartile reaches into the run that missed"
+    assert spread([math.inf, math.inf]) == (math.inf, math.inf, math.inf)
+
+
+def test_the_summary_gives_each_systems_median_its_interquartile_range_and_the_runs_that_missed():
+    runs = [{**summary("craftrl", seed, 700.0 + 10 * seed, 60.0 + seed, 50_000 + 1000 * seed), "params": 189_538}
+            for seed in range(4)]
+    runs += [{**summary("rllib-ppo", 0, 500.0, 200.0, 100_000), "params": 605_362},
+             {**summary("rllib-ppo", 1, 520.0, 300.0, 150_000), "params": 605_362},
+             {**summary("rllib-ppo", 2, 540.0, None, None), "params": 605_362}]
+    context = {"command": "python bench/peers.py", "date": "2026-12-06", "cores": 2, "load_before": 0.5,
+               "load_after": 0.7, "versions": "torch", "minutes": 7.0, "stop_at_cows": 3.0, "seeds": [0, 1, 2, 3],
+               "seeds_drawn": True, "systems": ["craftrl", "rllib-ppo"]}
+    text = peers.results_markdown(runs, context, "peers_cows.png")
+    assert "| craftrl (default config) | 715 (708 - 722) | 62 s (61 s - 62 s) | 51500 (50750 - 52250) | 0 | 4 |" in text
+    assert "| RLlib PPO, new API stack | 520 (510 - 530) | 300 s (250 s - not reached) | 150000 " \
+           "(125000 - not reached) | 1 | 3 |" in text
+    assert "The seeds were drawn at random when the run started" in text
