@@ -23,6 +23,7 @@ from craftrl.metrics import read_jsonl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import describe_machine  # noqa: E402
+from seeds import add_seed_arguments, seeds_from  # noqa: E402
 from time_to_cows import run_once  # noqa: E402  (bench scripts are run as files, not as a package)
 
 TARGET = 475.0
@@ -47,7 +48,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--config", default="examples/cartpole.py")
     parser.add_argument("--minutes", type=float, default=10.0)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    add_seed_arguments(parser, count=3)
     parser.add_argument("--output-root", default="runs/bench_cartpole")
     parser.add_argument("--write-results", action="store_true", help="rewrite bench/results/cartpole_steps.md")
     parser.add_argument("overrides", nargs="*")
@@ -55,7 +56,10 @@ def main() -> None:
     root = Path(args.output_root).resolve()
     root.mkdir(parents=True, exist_ok=True)
     results, rows = [], []
-    for seed in args.seeds:
+    seeds, drawn = seeds_from(args)
+    print(f"cartpole_steps: seeds {' '.join(map(str, seeds))} ({'drawn at random now' if drawn else 'named'})",
+          flush=True)
+    for seed in seeds:
         run_dir = run_once(args.config, args.overrides, seed, args.minutes, root, root / f"seed{seed}.log")
         steps, seconds, best = steps_to_target(run_dir)
         results.append(steps)

@@ -33,6 +33,7 @@ from craftrl.metrics import read_jsonl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import describe_machine  # noqa: E402  (bench scripts share helpers by plain import)
+from seeds import add_seed_arguments, seeds_from  # noqa: E402
 from time_to_cows import run_directory, stop_run  # noqa: E402
 
 # The Crafter paper's table (score in %, mean ± std over seeds) for the agents a reader compares against.
@@ -228,7 +229,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--config", default="craftrl.configs.crafter_score")
     parser.add_argument("--env-steps", type=int, default=1_000_000)
-    parser.add_argument("--seeds", "--seed", type=int, nargs="+", default=[0])
+    add_seed_arguments(parser, 3, "--seed")
     parser.add_argument("--concurrent", action="store_true",
                         help="run the seeds at once (a machine with cores to spare), not one after the other")
     parser.add_argument("--max-minutes", type=float, default=120.0, help="stop a run here even short of --env-steps")
@@ -243,11 +244,13 @@ def main() -> None:
     args = parser.parse_args()
     if args.runs:
         run_dirs = [Path(run) for run in args.runs]
-        seeds = args.seeds if len(args.seeds) == len(run_dirs) else list(range(len(run_dirs)))
+        seeds = args.seeds if args.seeds and len(args.seeds) == len(run_dirs) else list(range(len(run_dirs)))
     else:
         root = Path(args.output_root).resolve()
         root.mkdir(parents=True, exist_ok=True)
-        seeds = args.seeds
+        seeds, drawn = seeds_from(args)
+        print(f"crafter_score: seeds {' '.join(map(str, seeds))} ({'drawn at random now' if drawn else 'named'})",
+              flush=True)
         run_dirs = run_until(args.config, args.overrides, seeds, args.env_steps, args.max_minutes, root,
                              args.concurrent)
     results = [score_run(seed, run_dir, args.env_steps) for seed, run_dir in zip(seeds, run_dirs)]

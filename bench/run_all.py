@@ -26,16 +26,17 @@ SCRIPTS = [["env_throughput.py"], ["policy_inference.py"], ["learner_step.py"], 
            ["weight_broadcast.py", "--versions", "6", "--weights-dtype", "float16"],
            ["slow_link.py"],  # a node behind a 20 Mbit/s link (network namespaces: root only): about 10 minutes
            ["gpu_vpt.py"],  # GPU only: skipped without CUDA
-           # learning runs: about 5 minutes and then 3 x 20 minutes
-           ["cartpole_steps.py", "--seeds", "0", "1", "2", "--write-results"],
-           ["time_to_cows.py", "--minutes", "20", "--seeds", "0", "1", "2", "--write-results"],
+           # learning runs, each on 3 seeds drawn at random when it starts (bench/seeds.py): about 5 minutes and
+           # then 3 x 20 minutes
+           ["cartpole_steps.py", "--write-results"],
+           ["time_to_cows.py", "--minutes", "20", "--write-results"],
            # LONG, ~1 h on 2 cores: craftrl and RLlib PPO side by side on 10 seeds drawn at random, each run until
            # 3 cows per episode or 7 minutes, one at a time (needs the bench extra: pip install -e '.[bench]');
            # skipped by --skip-long
            ["peers.py", "--minutes", "7", "--stop-at-cows", "3", "--systems", "craftrl", "rllib-ppo", "--write-results"],
            # LONG, ~1 h 25 min: 1M env steps of crafter/score for 3 seeds one after the other, the Crafter score (P6);
            # skipped by --skip-long
-           ["crafter_score.py", "--seeds", "0", "1", "2", "--write-results"]]
+           ["crafter_score.py", "--write-results"]]
 LONG = {"peers.py", "crafter_score.py"}
 GPU_ONLY = {"gpu_vpt.py"}
 NEEDS_NAMESPACES = {"slow_link.py"}

@@ -22,8 +22,8 @@ def draw_seeds(count: int, rng: random.Random | None = None) -> list[int]:
     return rng.sample(range(HELD_OUT_FROM, SEED_LIMIT), count)
 
 
-def add_seed_arguments(parser: argparse.ArgumentParser, count: int) -> None:
-    parser.add_argument("--seeds", type=int, nargs="+", default=None,
+def add_seed_arguments(parser: argparse.ArgumentParser, count: int, *aliases: str) -> None:
+    parser.add_argument("--seeds", *aliases, type=int, nargs="+", default=None,
                         help=f"seeds to run (default: --num-seeds seeds drawn at random from {HELD_OUT_FROM} up, "
                              "printed and saved with the results)")
     parser.add_argument("--num-seeds", type=int, default=count, help="how many seeds to draw without --seeds")

@@ -36,6 +36,7 @@ from craftrl.metrics import read_jsonl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import describe_machine  # noqa: E402  (bench scripts share helpers by plain import)
+from seeds import add_seed_arguments, seeds_from  # noqa: E402
 
 COWS = "episodes/cows_killed_mean"
 THRESHOLDS = (1.0, 2.0, 3.0)
@@ -324,7 +325,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--config", default="craftrl.configs.default")
     parser.add_argument("--minutes", type=float, default=20.0)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    add_seed_arguments(parser, count=3)
     parser.add_argument("--output-root", default="runs/bench_time_to_cows")
     parser.add_argument("--runs", nargs="*", default=None, help="summarise existing run directories instead")
     parser.add_argument("--write-results", action="store_true", help="rewrite bench/results/time_to_cows.md")
@@ -336,7 +337,10 @@ def main() -> None:
     root.mkdir(parents=True, exist_ok=True)
     run_dirs = [Path(r) for r in args.runs] if args.runs else []
     if not run_dirs:
-        for seed in args.seeds:
+        seeds, drawn = seeds_from(args)
+        print(f"time_to_cows: seeds {' '.join(map(str, seeds))} ({'drawn at random now' if drawn else 'named'})",
+              flush=True)
+        for seed in seeds:
             run_dirs.append(run_once(args.config, args.overrides, seed, args.minutes, root, root / f"seed{seed}.log",
                                      stop_at_cows=args.stop_at_cows))
     results = []
