@@ -56,9 +56,7 @@ def main() -> None:
     root = Path(args.output_root).resolve()
     root.mkdir(parents=True, exist_ok=True)
     results, rows = [], []
-    seeds, drawn = seeds_from(args)
-    print(f"cartpole_steps: seeds {' '.join(map(str, seeds))} ({'drawn at random now' if drawn else 'named'})",
-          flush=True)
+    seeds, _ = seeds_from(args, "cartpole_steps")
     for seed in seeds:
         run_dir = run_once(args.config, args.overrides, seed, args.minutes, root, root / f"seed{seed}.log")
         steps, seconds, best = steps_to_target(run_dir)

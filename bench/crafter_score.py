@@ -248,9 +248,7 @@ def main() -> None:
     else:
         root = Path(args.output_root).resolve()
         root.mkdir(parents=True, exist_ok=True)
-        seeds, drawn = seeds_from(args)
-        print(f"crafter_score: seeds {' '.join(map(str, seeds))} ({'drawn at random now' if drawn else 'named'})",
-              flush=True)
+        seeds, _ = seeds_from(args, "crafter_score")
         run_dirs = run_until(args.config, args.overrides, seeds, args.env_steps, args.max_minutes, root,
                              args.concurrent)
     results = [score_run(seed, run_dir, args.env_steps) for seed, run_dir in zip(seeds, run_dirs)]

@@ -514,9 +514,7 @@ def main() -> None:
     else:
         root = Path(args.output_root).resolve() / datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
         root.mkdir(parents=True, exist_ok=True)
-        seeds, drawn = seeds_from(args)
-        print(f"peers: seeds {' '.join(map(str, seeds))} ({'drawn at random now' if drawn else 'named by --seeds'})",
-              flush=True)
+        seeds, drawn = seeds_from(args, "peers")
         context = {"command": "python bench/peers.py " + " ".join(sys.argv[1:]), "date": datetime.date.today().isoformat(),
                    "cores": os.cpu_count(), "machine": describe_machine(),
                    "load_before": os.getloadavg()[0], "versions": versions(),

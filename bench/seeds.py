@@ -29,11 +29,13 @@ def add_seed_arguments(parser: argparse.ArgumentParser, count: int, *aliases: st
     parser.add_argument("--num-seeds", type=int, default=count, help="how many seeds to draw without --seeds")
 
 
-def seeds_from(args: argparse.Namespace) -> tuple[list[int], bool]:
-    """The seeds to run and whether they were drawn (True) or named with ``--seeds`` (False)."""
-    if args.seeds:
-        return list(args.seeds), False
-    return draw_seeds(args.num_seeds), True
+def seeds_from(args: argparse.Namespace, script: str) -> tuple[list[int], bool]:
+    """The seeds to run and whether they were drawn (True) or named with ``--seeds`` (False); ``script`` prints
+    them, so that a run's log says which seeds its figures come from."""
+    seeds, drawn = (list(args.seeds), False) if args.seeds else (draw_seeds(args.num_seeds), True)
+    print(f"{script}: seeds {' '.join(map(str, seeds))} ({'drawn at random now' if drawn else 'named by --seeds'})",
+          flush=True)
+    return seeds, drawn
 
 
 def quantile(values: Sequence[float], q: float) -> float:

@@ -337,9 +337,7 @@ def main() -> None:
     root.mkdir(parents=True, exist_ok=True)
     run_dirs = [Path(r) for r in args.runs] if args.runs else []
     if not run_dirs:
-        seeds, drawn = seeds_from(args)
-        print(f"time_to_cows: seeds {' '.join(map(str, seeds))} ({'drawn at random now' if drawn else 'named'})",
-              flush=True)
+        seeds, _ = seeds_from(args, "time_to_cows")
         for seed in seeds:
             run_dirs.append(run_once(args.config, args.overrides, seed, args.minutes, root, root / f"seed{seed}.log",
                                      stop_at_cows=args.stop_at_cows))

@@ -93,7 +93,7 @@ def test_a_run_without_a_summary_is_named_in_the_results_and_left_out_of_the_med
         "**0.50**." in one_missing
 
 
-def test_seeds_are_drawn_above_every_seed_used_here_unless_named():
+def test_seeds_are_drawn_above_every_seed_used_here_unless_named(capsys):
     import argparse
     import random
 
@@ -103,10 +103,12 @@ def test_seeds_are_drawn_above_every_seed_used_here_unless_named():
     assert len(set(drawn)) == 10 and min(drawn) >= HELD_OUT_FROM
     parser = argparse.ArgumentParser()
     add_seed_arguments(parser, count=10)
-    seeds, was_drawn = seeds_from(parser.parse_args([]))
+    seeds, was_drawn = seeds_from(parser.parse_args([]), "peers")
     assert was_drawn and len(seeds) == 10 and min(seeds) >= HELD_OUT_FROM
-    assert seeds_from(parser.parse_args(["--seeds", "4", "5"])) == ([4, 5], False)
-    assert len(seeds_from(parser.parse_args(["--num-seeds", "3"]))[0]) == 3
+    assert capsys.readouterr().out == f"peers: seeds {' '.join(map(str, seeds))} (drawn at random now)\n"
+    assert seeds_from(parser.parse_args(["--seeds", "4", "5"]), "peers") == ([4, 5], False)
+    assert capsys.readouterr().out == "peers: seeds 4 5 (named by --seeds)\n"
+    assert len(seeds_from(parser.parse_args(["--num-seeds", "3"]), "peers")[0]) == 3
 
 
 def test_quartiles_interpolate_and_a_run_that_never_got_there_sorts_last():
