@@ -5,13 +5,18 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export RAY_USAGE_STATS_ENABLED := 0
 
-.PHONY: run test bench install docs clean
+# Which torch build pip installs: the CPU one unless you name another index, so that a laptop does not download
+# several GB of CUDA libraries. For a CUDA build: make install TORCH_INDEX_URL=https://download.pytorch.org/whl/cu130
+# (any CUDA index that PyTorch's install page lists for torch 2.13.0).
+TORCH_INDEX_URL ?= https://download.pytorch.org/whl/cpu
+
+.PHONY: run test check bench bench-quick install docs clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	# CPU torch first: a bare `torch` requirement would otherwise pull several GB of CUDA wheels.
-	$(PY) -m pip install --quiet "torch==2.13.0"
+	# torch first, from TORCH_INDEX_URL: a bare `torch` requirement would otherwise pull the CUDA build from PyPI
+	$(PY) -m pip install --quiet "torch==2.13.0" --extra-index-url $(TORCH_INDEX_URL)
 	$(PY) -m pip install --quiet -e ".[test,bench]"
 	touch $(STAMP)
 
@@ -23,14 +28,21 @@ run: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q
 
-# LONG: about 4 h on 2 cores (3 x 20 min time-to-cows, the side by side with RLlib PPO on 10 seeds drawn at run
-# time, ~1 h, then 1M env steps of crafter/score for the Crafter score). `make bench BENCH_ARGS=--skip-long`
-# leaves out the last two.
-BENCH_ARGS ?=
+# The fast gate: lint, then the tests that start no Ray and run no learning (a few minutes on 2 cores).
+check: $(STAMP)
+	$(VENV)/bin/ruff check craftrl tests bench examples
+	$(PY) -m pytest -q -m "not slow and not ray"
+
+# Every benchmark behind a figure of README.md and BENCHMARKS.md, as the figure states it: about 3.5 h on 2 cores
+# (the side by side with RLlib PPO on 10 seeds ~1 h, the Crafter score ~2 h). Rewrites bench/results and BENCHMARKS.md.
 bench: $(STAMP)
-	# slow learning tests first; exit code 5 only means none are marked slow yet
+	# slow learning tests first; exit code 5 only means none are marked slow
 	$(PY) -m pytest -q -m slow || test $$? -eq 5
-	$(PY) bench/run_all.py $(BENCH_ARGS)
+	$(PY) bench/run_all.py
+
+# The benchmarks that need no learning run: about 30 min on 2 cores.
+bench-quick: $(STAMP)
+	$(PY) bench/run_all.py --quick
 
 docs: $(STAMP)
 	$(PY) -m craftrl.config.docs > docs/config.md

@@ -1,10 +1,10 @@
 """P5: env steps until ``examples/cartpole.py`` reaches a mean return of 475 (last 20 episodes).
 
 Runs the example through ``craftrl train`` (the whole system: Ray, env processes, LMDB replay, trainer) once per
-seed, until ``num_iterations`` ends or ``--minutes`` pass, and reads ``metrics.jsonl``. Env steps are the
+seed, until the mean return reaches 475 or ``--minutes`` pass, and reads ``metrics.jsonl``. Env steps are the
 rollout side's count, so steps collected but never trained on (stale, evicted) count against us.
 
-    python bench/cartpole_steps.py --seeds 0 1 2
+    python bench/cartpole_steps.py   # 3 seeds drawn at random; --seeds names them
 
 The last line is ``P5 cartpole_steps_to_475=<median over seeds, or inf>``.
 """
@@ -15,7 +15,6 @@ import argparse
 import datetime
 import json
 import math
-import statistics
 import sys
 from pathlib import Path
 
@@ -23,7 +22,8 @@ from craftrl.metrics import read_jsonl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import describe_machine  # noqa: E402
-from seeds import add_seed_arguments, seeds_from  # noqa: E402
+from headlines import finish, headline  # noqa: E402
+from seeds import add_seed_arguments, seeds_from, spread  # noqa: E402
 from time_to_cows import run_once  # noqa: E402  (bench scripts are run as files, not as a package)
 
 TARGET = 475.0
@@ -44,6 +44,14 @@ def steps_to_target(run_dir: Path, target: float = TARGET) -> tuple[float, float
     return math.inf, math.inf, best
 
 
+def reached_target(run_dir: Path, target: float = TARGET) -> bool:
+    """Whether the run's moving mean return has reached ``target`` over at least 20 episodes (as counted above)."""
+    if not (run_dir / "metrics.jsonl").exists():
+        return False
+    return any(isinstance(r.get(RETURN), (int, float)) and r.get("episodes/total", 0) >= 20 and r[RETURN] >= target
+               for r in read_jsonl(run_dir / "metrics.jsonl"))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--config", default="examples/cartpole.py")
@@ -56,25 +64,26 @@ def main() -> None:
     root = Path(args.output_root).resolve()
     root.mkdir(parents=True, exist_ok=True)
     results, rows = [], []
-    seeds, _ = seeds_from(args, "cartpole_steps")
+    seeds, drawn = seeds_from(args, "cartpole_steps")
     for seed in seeds:
-        run_dir = run_once(args.config, args.overrides, seed, args.minutes, root, root / f"seed{seed}.log")
+        run_dir = run_once(args.config, args.overrides, seed, args.minutes, root, root / f"seed{seed}.log",
+                           stop_when=reached_target)
         steps, seconds, best = steps_to_target(run_dir)
         results.append(steps)
         rows.append(f"| {seed} | {steps:.0f} | {seconds:.0f} | {best:.1f} |")
         print(json.dumps({"run": str(run_dir), "seed": seed, "steps_to_475": steps, "seconds_to_475": round(seconds, 1),
                           "best_mean_return": round(best, 1)}), flush=True)
-    median = statistics.median(results)
-    if args.write_results:
-        text = ["## CartPole to a mean return of 475 (`bench/cartpole_steps.py`, P5)", "",
+    median, first_quartile, third_quartile = spread(results)
+    text = ["## CartPole to a mean return of 475 (`bench/cartpole_steps.py`, P5)", "",
                 f"`python bench/cartpole_steps.py {' '.join(sys.argv[1:])}`, {datetime.date.today().isoformat()}, "
                 f"{describe_machine()}. `examples/cartpole.py` through `craftrl train` (Ray, env processes, LMDB "
-                "replay, trainer); env steps are those collected, trained on or not. Target: 475 within 150k steps.",
+                "replay, trainer); env steps are those collected, trained on or not. Target: 475 within 150k steps."
+                + (" The seeds were drawn at random when the run started (bench/seeds.py)." if drawn else ""),
                 "", "| seed | env steps to 475 | seconds from launch | best mean return |", "|---|---:|---:|---:|",
-                *rows, "", f"Median: {median:.0f} env steps."]
-        out = Path(__file__).resolve().parent / "results" / "cartpole_steps.md"
-        out.write_text("\n".join(text) + "\n")
-    print(f"P5 cartpole_steps_to_475={median:.0f}")
+                *rows, "", f"Median {median:.0f} env steps (IQR {first_quartile:.0f} - {third_quartile:.0f})."]
+    out = Path(__file__).resolve().parent / "results" / "cartpole_steps.md"
+    finish(out if args.write_results else None, "\n".join(text),
+           [headline("P5", "cartpole_steps_to_475", median, 0, f"median env steps over {len(seeds)} seeds")])
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 from machine import describe_machine, machine_busy_seconds
+from headlines import finish, headline  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "cluster_transport.md"
 CASES = {"crafter/cows 64x64, 32 steps": ((64, 64), 32), "128x128, 256 steps": ((128, 128), 256)}
@@ -187,11 +188,10 @@ def main() -> None:
     lines += [f"Remote writer CPU per fragment against the direct write: "
               f"{small_remote['writer_cpu_ms'] / small_direct['writer_cpu_ms']:.2f}x (64x64), "
               f"{big_remote['writer_cpu_ms'] / big_direct['writer_cpu_ms']:.2f}x (128x128).", ""]
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text("\n".join(lines))
     print(f"remote/direct writer CPU: {small_remote['writer_cpu_ms'] / small_direct['writer_cpu_ms']:.2f}x (64x64), "
           f"{big_remote['writer_cpu_ms'] / big_direct['writer_cpu_ms']:.2f}x (128x128)")
-    print(f"P9 remote_ingest_mb_per_s={big_ahead['mb_per_s']:.1f}")
+    finish(RESULTS, "\n".join(lines), [headline("P9", "remote_ingest_mb_per_s", big_ahead["mb_per_s"], 1,
+                                                 "128x128 fragments from 2 simulated rollout nodes, encoded ahead")])
 
 
 if __name__ == "__main__":

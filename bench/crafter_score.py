@@ -33,6 +33,7 @@ from craftrl.metrics import read_jsonl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import describe_machine  # noqa: E402  (bench scripts share helpers by plain import)
+from headlines import finish, headline  # noqa: E402
 from seeds import add_seed_arguments, seeds_from  # noqa: E402
 from time_to_cows import run_directory, stop_run  # noqa: E402
 
@@ -181,8 +182,7 @@ def mean_and_spread(values: list[float]) -> str:
     return f"{statistics.mean(values):.1f} ± {statistics.stdev(values):.1f}"
 
 
-def write_results(results: list[SeedResult], env_steps: int, command: str, config: str, machine: str,
-                  out: Path) -> None:
+def results_text(results: list[SeedResult], env_steps: int, command: str, config: str, machine: str) -> str:
     scores = [r.score for r in results]
     seeds = "one seed" if len(results) == 1 else f"{len(results)} seeds, mean ± standard deviation"
     rows = ["| agent | Crafter score (%) |", "|---|---:|",
@@ -221,8 +221,7 @@ def write_results(results: list[SeedResult], env_steps: int, command: str, confi
             "episodes within that many env steps of the same run. The paper's rows are copied from its "
             "table; its per-achievement rates are not reproduced here.", "",
             *rows, "", *runs, "", *table]
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("\n".join(text) + "\n")
+    return "\n".join(text)
 
 
 def main() -> None:
@@ -257,13 +256,13 @@ def main() -> None:
                           "episodes": len(result.episodes), "env_steps": result.env_steps,
                           "score_along_the_way_pct": {str(k): round(v, 3) for k, v in result.along_the_way.items()},
                           "env_steps_per_s": round(result.env_steps_per_s), "rates_pct": result.rates}), flush=True)
-    if args.write_results:
-        shown = [arg if arg != args.ran_on else "'<below>'" for arg in sys.argv[1:]]  # the machine is said apart
-        command = "python bench/crafter_score.py " + " ".join(shown)
-        machine = args.ran_on or f"{describe_accelerator()}{describe_machine()}"
-        write_results(results, args.env_steps, command, args.config, machine,
-                      Path(__file__).resolve().parent / "results" / args.results_file)
-    print(f"P6 crafter_score_pct={statistics.mean(r.score for r in results):.2f}")
+    shown = [arg if arg != args.ran_on else "'<below>'" for arg in sys.argv[1:]]  # the machine is said apart
+    command = "python bench/crafter_score.py " + " ".join(shown)
+    machine = args.ran_on or f"{describe_accelerator()}{describe_machine()}"
+    out = Path(__file__).resolve().parent / "results" / args.results_file
+    finish(out if args.write_results else None, results_text(results, args.env_steps, command, args.config, machine),
+           [headline("P6", "crafter_score_pct", statistics.mean(r.score for r in results), 2,
+                     f"mean of {len(results)} seeds at {args.env_steps:,} env steps, `{args.config}`")])
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ pool figures include the pipe round trips and the supervision, so N=1 in a proce
 shows the process overhead, and N=2 vs N=1 shows how well the cores are used. Then 8 envs with 1, 2
 and 4 envs per process (``envs_per_process``), with the CPU time all processes spent per env step:
 what sharing a process saves in round trips. Writes a markdown section to
-bench/results/env_throughput.md; the last printed line is ``P0 env_steps_per_s=<2-process figure>``.
+bench/results/env_throughput.md; its headline is ``P0 env_steps_per_s=<2-process figure>``.
 
     .venv/bin/python bench/env_throughput.py [--task crafter/cows] [--seconds 8]
 """
@@ -25,7 +25,8 @@ import numpy as np
 from craftrl.envs import EnvPool, env_generator, make
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from machine import describe_machine  # noqa: E402  (bench scripts share helpers by plain import)
+from headlines import finish, headline  # noqa: E402  (bench scripts share helpers by plain import)
+from machine import describe_machine  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "env_throughput.md"
 NUM_ACTIONS = 17
@@ -106,8 +107,7 @@ def main() -> None:
     lines = [
         "## Env throughput (`bench/env_throughput.py`)",
         "",
-        f"`{command}`, {datetime.date.today().isoformat()}, {describe_machine()},"
-        " shared with other jobs: repeated runs differed by up to 2×.",
+        f"`{command}`, {datetime.date.today().isoformat()}, {describe_machine()}.",
         "",
         f"Task `{args.task}`, uniformly random actions, resets counted in the time, {args.seconds:g} s per row. "
         f"1-minute load average {load_before:.1f} before / {os.getloadavg()[0]:.1f} after: with other jobs on the "
@@ -119,9 +119,8 @@ def main() -> None:
           for name, rate, episodes, cpu_ms in rows],
         "",
     ]
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text("\n".join(lines))
-    print(f"P0 env_steps_per_s={pool_rates[2]:.1f}")
+    finish(RESULTS, "\n".join(lines), [headline("P0", "env_steps_per_s", pool_rates[2], 0,
+                                                 f"`{args.task}`, random actions, 2 env processes")])
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from machine import describe_machine
+from headlines import finish, headline  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "gpu_vpt.md"
 
@@ -152,9 +153,8 @@ def main() -> None:
         "| use_amp | inference frames/s | learner samples/s | learner peak GPU memory GB |", "|---|---:|---:|---:|",
         *[f"| {'on (fp16)' if amp else 'off (fp32)'} | {row['fps']:.0f} | {row['samples']:.0f} | {row['memory']:.1f} |"
           for amp, row in rows.items()], ""]
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text("\n".join(lines))
-    print(f"P8 vpt2x_learner_samples_per_s={rows[True]['samples']:.1f}")
+    finish(RESULTS, "\n".join(lines), [headline("P8", "vpt2x_learner_samples_per_s", rows[True]["samples"], 0,
+                                                 f"use_amp on, {torch.cuda.get_device_name(0)}")])
 
 
 if __name__ == "__main__":

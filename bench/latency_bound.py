@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 from machine import describe_machine, machine_busy_seconds
+from headlines import finish, headline  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "latency_bound.md"
 WORKERS, ENVS_PER_WORKER = 4, 16
@@ -221,6 +222,8 @@ def main() -> None:
     parser.add_argument("--rows", nargs="*", default=list(ROWS), help="which rows (default: all)")
     parser.add_argument("--workers", type=int, default=WORKERS, help="rollout workers of 16 envs each, where the "
                         "row does not say")
+    parser.add_argument("--results-name", default="latency_bound",
+                        help="the results file bench/results/NAME.md to rewrite (another name for another machine kind)")
     parser.add_argument("--max-batch-wait", type=float, default=None,
                         help="worker_config.max_batch_wait (default: the schema's default)")
     args = parser.parse_args()
@@ -251,10 +254,11 @@ def main() -> None:
           f"| {r['restarts']} | {r['cores']:.2f} |" for name, r in results.items()],
         "",
     ]
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text("\n".join(lines))
-    headline = [results[name]["efficiency"] for name in list(ROWS)[:2] if name in results]
-    print(f"P7 latency_efficiency={min(headline):.3f}" if headline else "P7 latency_efficiency=n/a")
+    first_two = [results[name]["efficiency"] for name in list(ROWS)[:2] if name in results]
+    finish(RESULTS.parent / f"{args.results_name}.md", "\n".join(lines),
+           [headline("P7", "latency_efficiency", min(first_two, default=float("nan")), 3,
+                     f"share of the envs' own speed, {args.workers * ENVS_PER_WORKER} envs on {args.workers} workers, "
+                     f"the lower of the first two rows; {describe_machine()}")])
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ from craftrl.rollout.worker import RolloutLoop
 from craftrl.train.learner import PPOLearner
 from craftrl.utils.hardware import native_cpu_bf16_flags
 from machine import describe_machine  # bench scripts share helpers by plain import (sys.path[0] is bench/)
+from headlines import finish, headline  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "learner_step.md"
 TASK = "crafter/cows"
@@ -94,7 +95,7 @@ def main() -> None:
     steps = sum(len(f.reward) for f in fragments)
     lines = [
         "## Learner compute per iteration (`bench/learner_step.py`)", "",
-        f"`.venv/bin/python bench/learner_step.py --repeats {args.repeats}`, {datetime.date.today().isoformat()}, "
+        f"`python bench/learner_step.py --repeats {args.repeats}`, {datetime.date.today().isoformat()}, "
         f"{describe_machine()}, {torch.get_num_threads()} torch threads, load average {load_before:.1f} at start, "
         f"native CPU bf16: {', '.join(native_cpu_bf16_flags()) or 'none'}.", "",
         f"One iteration of the default config ({steps} env steps of `{TASK}` in {len(fragments)} fragments, "
@@ -103,10 +104,9 @@ def main() -> None:
         *([] if native_cpu_bf16_flags() else
           ["This CPU has no native bf16, so the learner ignores cpu_bf16: every column ran in float32.", ""]),
     ]
-    RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_text("\n".join(lines))
     print("\n".join(lines))
-    print(f"P0 learner_bf16_speedup={speedups['sequence minibatches (later)']:.2f}")
+    finish(RESULTS, "\n".join(lines), [headline("P0", "learner_bf16_speedup", speedups["sequence minibatches (later)"], 2,
+                                                 "float32 seconds over cpu_bf16 seconds per iteration")])
 
 
 if __name__ == "__main__":

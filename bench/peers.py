@@ -68,6 +68,7 @@ PEERS_DIR = BENCH / "peers"
 sys.path.insert(0, str(PEERS_DIR))  # peer_curve; time_to_cows is importable from BENCH (sys.path[0])
 
 import time_to_cows  # noqa: E402
+from headlines import Headline, headline, with_headlines  # noqa: E402
 from machine import describe_machine  # noqa: E402
 from craftrl.metrics import read_jsonl  # noqa: E402
 from peer_curve import LAUNCHED_AT_ENV, THRESHOLDS, first_reaching, summarize_points, reached_or_inf  # noqa: E402
@@ -285,7 +286,7 @@ def fmt_cows(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
-class Headline(NamedTuple):
+class Ratios(NamedTuple):
     p2: float  # craftrl / fastest peer, median env steps/s
     p3: float  # craftrl / quickest peer, median seconds to 3 cows
     p3b: float  # craftrl / the peer with the fewest median env steps to 3 cows
@@ -294,7 +295,7 @@ class Headline(NamedTuple):
     leanest: str
 
 
-def headline_ratios(summaries: list[dict[str, Any]]) -> Headline:
+def headline_ratios(summaries: list[dict[str, Any]]) -> Ratios:
     """P2, P3 and P3b, and the peer each compares against, from per-system medians over seeds."""
     systems = sorted({s["system"] for s in summaries}, key=SYSTEMS.index)
 
@@ -306,12 +307,12 @@ def headline_ratios(summaries: list[dict[str, Any]]) -> Headline:
     steps3 = medians(lambda s: reached_or_inf(s.get("env_steps_to_3_cows")))
     peers = [name for name in systems if name != "craftrl"]
     if "craftrl" not in systems or not peers:
-        return Headline(math.nan, math.nan, math.nan, "", "", "")
+        return Ratios(math.nan, math.nan, math.nan, "", "", "")
     fastest = max(peers, key=lambda name: sps[name])
     quickest = min(peers, key=lambda name: to3[name])
     leanest = min(peers, key=lambda name: steps3[name])
     p2 = sps["craftrl"] / sps[fastest] if sps[fastest] > 0 else math.nan
-    return Headline(p2, reached_ratio(to3["craftrl"], to3[quickest]),
+    return Ratios(p2, reached_ratio(to3["craftrl"], to3[quickest]),
                     reached_ratio(steps3["craftrl"], steps3[leanest]), fastest, quickest, leanest)
 
 
@@ -545,6 +546,7 @@ def main() -> None:
     summaries.sort(key=lambda s: (SYSTEMS.index(s["system"]), s["seed"]))
     finished = {(s["system"], s["seed"]) for s in summaries}
     missing = [run for run in run_dirs if run not in finished]
+    figures = headline_figures(summaries)
     targets = [(root / "peers.md", root / "peers_cows.png", "peers_cows.png")]
     if args.write_results:
         name = args.results_name
@@ -553,13 +555,26 @@ def main() -> None:
     for markdown_path, figure_path, figure_link in targets:
         plot(summaries, run_dirs, context["minutes"], figure_path)
         markdown_path.parent.mkdir(parents=True, exist_ok=True)
-        markdown_path.write_text(results_markdown(summaries, context, figure_link, missing))
+        markdown_path.write_text(with_headlines(results_markdown(summaries, context, figure_link, missing), figures))
     print(results_markdown(summaries, context, str(root / "peers_cows.png"), missing), flush=True)
     print(f"peers: results in {root}", flush=True)
-    headline = headline_ratios(summaries)
-    print(f"P2 sps_ratio_vs_best_peer={headline.p2:.3f}", flush=True)
-    print(f"P3 time_to_3_cows_ratio_vs_best_peer={headline.p3:.3f}", flush=True)
-    print(f"P3b env_steps_to_3_cows_ratio_vs_best_peer={headline.p3b:.3f}", flush=True)
+    for figure in figures:
+        print(figure.figure, flush=True)
+
+
+def headline_figures(summaries: list[dict[str, Any]]) -> list[Headline]:
+    """P2, P3 and P3b as headlines, each saying whom it compares with."""
+    ratios = headline_ratios(summaries)
+    seeds = len({s["seed"] for s in summaries})
+
+    def summary(what: str, peer: str) -> str:
+        return f"craftrl / {LABELS.get(peer, peer)}, median {what} over {seeds} seeds"
+
+    return [headline("P2", "sps_ratio_vs_best_peer", ratios.p2, 3, summary("env steps/s", ratios.fastest)),
+            headline("P3", "time_to_3_cows_ratio_vs_best_peer", ratios.p3, 3,
+                     summary("seconds to 3 cows per episode", ratios.quickest)),
+            headline("P3b", "env_steps_to_3_cows_ratio_vs_best_peer", ratios.p3b, 3,
+                     summary("env steps to 3 cows per episode", ratios.leanest))]
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from craftrl.policies import default_policy_generator, mlp_policy_generator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import describe_machine  # noqa: E402  (bench scripts share helpers by plain import)
+from headlines import finish, headline  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "policy_inference.md"
 
@@ -82,7 +83,7 @@ def main() -> None:
         print(f"{name:32s} params={params / 1e6:6.2f}M  median={median:8.0f} frames/s  "
               f"(min {min(rates):.0f}, max {max(rates):.0f})", flush=True)
 
-    command = ".venv/bin/python bench/policy_inference.py " + " ".join(
+    command = "python bench/policy_inference.py " + " ".join(
         f"--{k} {v}" for k, v in vars(args).items())
     lines = [
         "## Policy inference on CPU (`bench/policy_inference.py`)", "",
@@ -95,9 +96,9 @@ def main() -> None:
         "| policy | params | median frames/s | min | max |", "|---|---|---|---|---|",
     ]
     lines += [f"| {n} | {p / 1e6:.2f} M | {m:.0f} | {lo:.0f} | {hi:.0f} |" for n, p, m, lo, hi in rows]
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text("\n".join(lines) + "\n")
-    print(f"P0 policy_inference_fps={p0:.1f}")
+    finish(RESULTS, "\n".join(lines), [headline("P0", "policy_inference_fps", p0, 0,
+                                                 f"the default config's policy, batch {args.batch}, "
+                                                 f"{args.threads} threads")])
 
 
 if __name__ == "__main__":

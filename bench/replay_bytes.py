@@ -26,6 +26,7 @@ from craftrl.rollout.fragment import Fragment
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import describe_machine  # noqa: E402  (bench scripts share helpers by plain import)
+from headlines import finish, headline  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "replay.md"
 
@@ -132,8 +133,7 @@ def main(argv: list[str] | None = None) -> float:
         "## P4 replay bytes per env step (crafter 64x64, random actions)",
         "",
         f"- command: `{command.strip()}`",
-        f"- date: {dt.date.today().isoformat()}; machine: {describe_machine()} "
-        "(shared with other jobs: throughput is noisy)",
+        f"- date: {dt.date.today().isoformat()}; machine: {describe_machine()}",
         f"- {len(fragments)} fragments x {args.fragment_length} steps; store level in use: "
         f"{args.levels[0]}; MB/s are raw (uncompressed) fragment bytes through encode+put and get+decode, "
         "one process, hot page cache",
@@ -141,11 +141,9 @@ def main(argv: list[str] | None = None) -> float:
         table,
         "",
     ])
-    if not args.no_write_results:
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        RESULTS.write_text("# Replay buffer benchmarks\n\n" + section)
     ratio = results[args.levels[0]]["ratio_frames"]
-    print(f"P4 replay_bytes_ratio={ratio:.4f}")
+    finish(None if args.no_write_results else RESULTS, "# Replay buffer benchmarks\n\n" + section,
+           [headline("P4", "replay_bytes_ratio", ratio, 4, f"stored over raw frame bytes, zstd level {args.levels[0]}")])
     return ratio
 
 

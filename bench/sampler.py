@@ -28,11 +28,12 @@ import torch
 
 from craftrl.envs import EnvPool, env_generator
 from craftrl.configs import default as default_config
-from craftrl.rollout.testing import CountingPolicy
+from craftrl.testing.counting_policy import CountingPolicy
 from craftrl.rollout.worker import RolloutLoop
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import describe_machine  # noqa: E402  (bench scripts share helpers by plain import)
+from headlines import finish, headline  # noqa: E402
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 TASK = "crafter/cows"
@@ -103,7 +104,7 @@ def main() -> None:
     lines = [
         f"## Sampler efficiency, P1 (`bench/sampler.py`, {args.policy} policy)",
         "",
-        f"`.venv/bin/python bench/sampler.py --envs {args.envs} --batch-size {args.batch_size} "
+        f"`python bench/sampler.py --envs {args.envs} --batch-size {args.batch_size} "
         f"--envs-per-process {args.envs_per_process} "
         f"--seconds {args.seconds:g} --rounds {args.rounds} --threads {args.threads} --policy {args.policy}`, "
         f"{datetime.date.today().isoformat()}, {describe_machine()}, load average {load_before:.1f} at start.",
@@ -122,11 +123,11 @@ def main() -> None:
         f"(forward + sampling) and the rest waiting for env results.",
         "",
     ]
-    RESULTS_DIR.mkdir(exist_ok=True)
     suffix = "" if args.policy == "default" else f"_{args.policy}"
-    (RESULTS_DIR / f"sampler{suffix}.md").write_text("\n".join(lines))
     print("\n".join(lines))
-    print(f"P1 sampler_efficiency={efficiency:.3f}")
+    finish(RESULTS_DIR / f"sampler{suffix}.md", "\n".join(lines),
+           [headline("P1", "sampler_efficiency", efficiency, 2,
+                     f"rollout over raw env steps/s, {args.policy} policy, {args.envs} envs in groups of {args.batch_size}")])
 
 
 if __name__ == "__main__":

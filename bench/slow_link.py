@@ -2,7 +2,7 @@
 
 A Ray head on this machine publishes a version every ``--period`` seconds through the run's own path
 (:class:`craftrl.weights.WeightPublisher`, one ``ray.put`` per version); a second Ray node, in network and mount
-namespaces of its own (:mod:`craftrl.utils.simulated_nodes`), reaches the head only through a virtual cable that
+namespaces of its own (:mod:`craftrl.testing.simulated_nodes`), reaches the head only through a virtual cable that
 ``tc``'s token bucket filter limits to ``--rate``. On that node a rollout worker's weight path alone
 (:class:`craftrl.weights.NewestWeights` loading into a policy of ``MB`` megabytes) keeps up with the newest version.
 The learner publishes faster than a version crosses the link, so the node can only load one version after another:
@@ -39,6 +39,7 @@ import time
 from pathlib import Path
 
 from machine import describe_machine
+from headlines import finish, headline  # noqa: E402
 
 from craftrl.weights import RAY_DEFAULT_PULL_TIMEOUT_MS, shard_size
 
@@ -107,7 +108,7 @@ def run_case(megabytes: int, pull_timeout_ms: int | None, rate: str, period: flo
     import torch
     from ray.cluster_utils import Cluster
 
-    from craftrl.utils.simulated_nodes import NodeLink, RolloutNode, wait_for_nodes
+    from craftrl.testing.simulated_nodes import NodeLink, RolloutNode, wait_for_nodes
     from craftrl.weights import WeightPublisher
 
     nbytes = megabytes << 20
@@ -200,7 +201,7 @@ def main() -> None:
     cases = [parse_case(text) for text in args.cases]
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    from craftrl.utils.simulated_nodes import nodes_behind_links_work
+    from craftrl.testing.simulated_nodes import nodes_behind_links_work
 
     reason = nodes_behind_links_work()
     if reason:
@@ -235,9 +236,11 @@ def main() -> None:
         "| MB per version | objects per version (sharding) | offers carry | pull timeout ms | TCP copy s "
         "| warm-up s | between versions s | median s | efficiency | fetches overtaken |",
         "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|", *rows, ""]
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "slow_link.md").write_text("\n".join(lines))
-    print(f"P10 slow_link_efficiency={results[0]['efficiency']:.2f}")
+    first = results[0]
+    finish(RESULTS / "slow_link.md", "\n".join(lines),
+           [headline("P10", "slow_link_efficiency", first["efficiency"], 2,
+                     f"TCP copy over median seconds between versions loaded, {first['megabytes']} MB versions "
+                     f"behind {args.rate}")])
 
 
 if __name__ == "__main__":

@@ -124,9 +124,10 @@ def machine_speed(seconds: float = 3.0) -> float:
 
 
 def run_once(config: str, overrides: list[str], seed: int, minutes: float, output_root: Path, log: Path,
-             stop_at_cows: float | None = None) -> Path:
+             stop_at_cows: float | None = None, stop_when: Callable[[Path], bool] | None = None) -> Path:
     """One training run; returns its run directory. The child gets SIGTERM at the deadline, or as soon as the
-    20-episode mean reaches ``stop_at_cows`` (an A/B of time to N cows needs nothing after it).
+    20-episode mean reaches ``stop_at_cows`` (an A/B of time to N cows needs nothing after it), or as soon as
+    ``stop_when(run directory)`` is true.
 
     Before launch the machine's raw env speed is measured (``machine.json``); just before the stop the CPU
     time of every process of the run is recorded by component (``cpu_split.json`` in the run directory), which
@@ -140,8 +141,16 @@ def run_once(config: str, overrides: list[str], seed: int, minutes: float, outpu
     split: dict[str, float] = {}
     with log.open("w") as out:
         child = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        reached = wait_until(child, max(minutes * 60 - 5, 1),
-                             None if stop_at_cows is None else lambda: _reached(log, launched, stop_at_cows))
+        if stop_when is not None:
+            def done() -> bool:
+                run_dir = run_directory(log)
+                return run_dir is not None and stop_when(run_dir)
+        elif stop_at_cows is not None:
+            def done() -> bool:
+                return _reached(log, launched, stop_at_cows)
+        else:
+            done = None
+        reached = wait_until(child, max(minutes * 60 - 5, 1), done)
         if child.poll() is None:
             split = cpu_by_component(child.pid)
             elapsed = time.time() - launched

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from machine import describe_machine
+from headlines import finish, headline  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -125,9 +126,9 @@ def main() -> None:
         *[f"| {version} | {put:.2f} | {total:.2f} |" for version, (put, total) in enumerate(timings)],
         "", f"Median: {median:.2f} s.", ""]
     suffix = "" if args.weights_dtype == "float32" else f"_{args.weights_dtype}"
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"weight_broadcast{suffix}.md").write_text("\n".join(lines))
-    print(f"P10 vpt2x_broadcast{suffix}_s={median:.2f}")
+    finish(RESULTS / f"weight_broadcast{suffix}.md", "\n".join(lines),
+           [headline("P10", f"vpt2x_broadcast{suffix}_s", median, 2,
+                     f"median seconds until {args.nodes} simulated nodes loaded a {args.weights_dtype} version")])
 
 
 if __name__ == "__main__":

@@ -11,8 +11,6 @@ Crafter on the trunk's latent. On MinecraftSim (examples/minecraft_kill_cows.py)
 
 import os
 
-import torch
-
 from craftrl.policies import CategoricalHead, Policy
 
 

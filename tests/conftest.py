@@ -12,6 +12,13 @@ os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.2")
 os.environ.setdefault("WANDB_MODE", "offline")
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test on the shared Ray runtime is a `ray` test whether or not it says so, so `make check` leaves it out."""
+    for item in items:
+        if "ray_session" in getattr(item, "fixturenames", ()) and not item.get_closest_marker("ray"):
+            item.add_marker(pytest.mark.ray)
+
+
 @pytest.fixture(scope="session")
 def ray_session():
     """A local Ray runtime with 4 logical CPUs (over-committed on purpose: actors mostly wait)."""

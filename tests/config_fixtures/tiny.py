@@ -8,7 +8,7 @@ import functools
 from pathlib import Path
 from typing import Any
 
-from craftrl.envs.testing import ScriptedEnv
+from craftrl.testing.scripted_env import ScriptedEnv
 from craftrl.policies import default_policy_generator
 
 TINY_POLICY = dict(num_actions=2, image_shape=(8, 8, 3), hidden_size=16, channels=(4, 4, 4))

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from craftrl.envs import EnvPool, EnvPoolError, env_generator
-from craftrl.envs.testing import ScriptedEnv
+from craftrl.testing.scripted_env import ScriptedEnv
 
 STEP_TIMEOUT_S = 1.5
 RESET_TIMEOUT_S = 30.0
@@ -321,7 +321,7 @@ def test_crafter_cows_in_env_processes() -> None:
 ORPHAN_SCRIPT = """
 import functools, os, sys
 from craftrl.envs import EnvPool
-from craftrl.envs.testing import ScriptedEnv
+from craftrl.testing.scripted_env import ScriptedEnv
 
 if __name__ == "__main__":
     pool = EnvPool(functools.partial(ScriptedEnv, fail_in="step", fail_mode="hang", spawn_child=True), 2)
@@ -417,7 +417,7 @@ if __name__ != "__main__":  # re-run in a child as __mp_main__
 
 
 def make_env():  # defined in __main__: the env processes get it by value
-    from craftrl.envs.testing import ScriptedEnv
+    from craftrl.testing.scripted_env import ScriptedEnv
 
     return ScriptedEnv(episode_length=3)
 

@@ -127,7 +127,9 @@ def _assert_same_world(env_a: crafter.Env, env_b: crafter.Env) -> None:
     wa, wb = env_a._world, env_b._world
     assert np.array_equal(wa._mat_map, wb._mat_map)
     assert np.array_equal(wa._obj_map, wb._obj_map)
-    describe = lambda world: [(type(o).__name__, tuple(int(v) for v in o.pos), o.health) for o in world.objects]
+    def describe(world) -> list:
+        return [(type(o).__name__, tuple(int(v) for v in o.pos), o.health) for o in world.objects]
+
     assert describe(wa) == describe(wb)
     assert _same(wa.random.get_state(), wb.random.get_state())
 

@@ -12,7 +12,7 @@ import pytest
 from craftrl.envs import EnvPool
 from craftrl.envs.env_process import receive_message, send_message
 from craftrl.envs.shared_frames import SHARE_MIN_BYTES, SHARING_AVAILABLE, FrameReceiver, FrameSender, SharedObs
-from craftrl.envs.testing import ScriptedEnv
+from craftrl.testing.scripted_env import ScriptedEnv
 
 pytestmark = pytest.mark.skipif(not SHARING_AVAILABLE, reason="needs os.memfd_create (Linux)")
 

@@ -56,6 +56,7 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.Compl
     return craftrl("train", TINY, f"output_root={root}"), root
 
 
+@pytest.mark.ray
 def test_train_runs_a_tiny_config_end_to_end(tiny_run: tuple[subprocess.CompletedProcess, Path]):
     result, root = tiny_run
     assert result.returncode == 0, result.stderr[-3000:]
@@ -79,6 +80,7 @@ def test_train_on_a_machine_without_gpus_says_which_keys_to_change(tmp_path: Pat
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.ray
 def test_eval_and_plot_work_on_a_trained_run(tiny_run: tuple[subprocess.CompletedProcess, Path], tmp_path: Path):
     result, root = tiny_run
     assert result.returncode == 0, result.stderr[-3000:]

@@ -61,18 +61,16 @@ def test_results_give_each_seed_the_mean_and_spread_and_say_when_runs_stopped_sh
     results = [crafter_score.score_run(seed, run_dir, budget) for seed, run_dir in enumerate([full, short])]
     assert [len(r.episodes) for r in results] == [2, 2] and results[0].env_steps_per_s == pytest.approx(100.0)
     assert crafter_score.score_run(2, fresh, budget).episodes == []
-    out = tmp_path / "results.md"
-    crafter_score.write_results(results, budget, "python bench/crafter_score.py --runs full short", "a.config",
-                                "a machine", out)
-    text = out.read_text()
+    text = crafter_score.results_text(results, budget, "python bench/crafter_score.py --runs full short", "a.config",
+                                      "a machine")
     scores = [r.score for r in results]
     assert f"{statistics.mean(scores):.1f} ± {statistics.stdev(scores):.1f}" in text and "2 seeds" in text
     assert "| 1 | `short` |" in text and "| collect_wood | 75.0 | 50.0 | 100.0 |" in text
     assert "runs stopped short" in text and "1 of the runs stopped before them (at 300 env steps)" in text
     assert "| at 200k |" not in text  # the short run never passed 200k env steps, so no seed's column is shown
     # a run whose next episode could not have finished within the budget is complete
-    crafter_score.write_results(results[:1], budget, "python bench/crafter_score.py", "a.config", "a machine", out)
-    assert "stopped" not in out.read_text() and "one seed" in out.read_text()
+    text = crafter_score.results_text(results[:1], budget, "python bench/crafter_score.py", "a.config", "a machine")
+    assert "stopped" not in text and "one seed" in text
 
 
 def test_scores_along_the_way_score_the_episodes_within_each_budget_the_run_passed(monkeypatch):
@@ -95,7 +93,6 @@ def test_results_show_a_score_along_the_way_that_every_seed_passed(tmp_path, mon
     results = [crafter_score.score_run(seed, run_dir, 100_000) for seed, run_dir in enumerate([first, second])]
     # within 20k no episode had finished; within 40k the first one, with 1 of the 22 achievements
     assert results[0].along_the_way == {20_000: 0.0, 40_000: pytest.approx(101 ** (1 / 22) - 1)}
-    out = tmp_path / "results.md"
-    crafter_score.write_results(results, 100_000, "python bench/crafter_score.py", "a.config", "a machine", out)
+    text = crafter_score.results_text(results, 100_000, "python bench/crafter_score.py", "a.config", "a machine")
     row = f"| 0 | `first` | {51 ** (1 / 22) - 1:.2f} | 0.00 | {101 ** (1 / 22) - 1:.2f} | 2 |"
-    assert "| at 20k | at 40k |" in out.read_text() and row in out.read_text()
+    assert "| at 20k | at 40k |" in text and row in text

@@ -8,6 +8,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import peers  # noqa: E402
+from headlines import headline, read_headlines, with_headlines  # noqa: E402
 
 
 def summary(system: str, seed: int, sps: float, seconds: float | None, steps: float | None) -> dict:
@@ -28,6 +29,19 @@ def test_p3b_compares_median_env_steps_with_the_peer_that_needed_fewest():
     assert headline.p2 == 2100.0 / 925.0
     assert headline.p3 == 60.0 / 105.0
     assert headline.p3b == 90_000 / 160_000
+
+
+def test_the_headlines_in_the_results_file_are_the_ratios_as_printed_and_name_the_peer():
+    """craftrl reached 3 cows on one seed of three, RLlib on two: craftrl's medians are infinite."""
+    runs = [summary("craftrl", 0, 2000.0, None, None), summary("craftrl", 1, 2200.0, None, None),
+            summary("craftrl", 2, 2100.0, 50.0, 90_000),
+            summary("rllib-ppo", 0, 500.0, 200.0, 100_000), summary("rllib-ppo", 1, 520.0, 300.0, 160_000),
+            summary("rllib-ppo", 2, 510.0, None, None)]
+    figures = peers.headline_figures(runs)
+    assert [(f.label, f.value) for f in figures] == [("P2", f"{2100 / 510:.3f}"), ("P3", "inf"), ("P3b", "inf")]
+    assert all("RLlib PPO" in f.summary and "3 seeds" in f.summary for f in figures)
+    assert headline("P3", "x", math.nan, 3).value == "n/a"  # neither side reached 3 cows
+    assert read_headlines(with_headlines("## a section\n\n| table |", figures)) == figures
 
 
 def test_ratios_when_a_side_never_reached_3_cows():

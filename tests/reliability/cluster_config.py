@@ -11,7 +11,7 @@ from pathlib import Path
 TEMPLATE = '''
 import functools, json, os
 
-from craftrl.envs.testing import ScriptedEnv
+from craftrl.testing.scripted_env import ScriptedEnv
 from craftrl.policies import default_policy_generator
 
 PLACEMENT_LOG = {log!r}

@@ -32,7 +32,7 @@ import threading
 import numpy as np
 import torch
 
-from craftrl.envs.testing import ScriptedEnv
+from craftrl.testing.scripted_env import ScriptedEnv
 from craftrl.policies import ImpalaRecurrentPolicy, default_policy_generator
 
 TINY_POLICY = dict(num_actions=2, image_shape=(8, 8, 3), hidden_size=16, channels=(4, 4, 4))
@@ -172,7 +172,7 @@ CASES = [
     Case("generator needs arguments", train(config_module(env="def env_generator(task):\n    return task")),
          ("env_generator: expected a callable taking no arguments", "needs arguments")),
     Case("yaml with an unknown top-level key", yaml_config("""
-            env_generator: craftrl.envs.testing:ScriptedEnv
+            env_generator: craftrl.testing.scripted_env:ScriptedEnv
             policy_generator: craftrl.policies:default_policy_generator
             trainer_config: {}
             """), ("trainer_config: unknown top-level key; expected env_generator, policy_generator, online_dict",)),
@@ -180,7 +180,7 @@ CASES = [
             env_generator: no_such_package.tasks:make_env
             policy_generator: craftrl.policies:default_policy_generator
             """), ("env_generator: cannot import 'no_such_package.tasks:make_env'",)),
-    Case("yaml without policy_generator", yaml_config("env_generator: craftrl.envs.testing:ScriptedEnv\n"),
+    Case("yaml without policy_generator", yaml_config("env_generator: craftrl.testing.scripted_env:ScriptedEnv\n"),
          ("policy_generator: missing; expected an import path",)),
     # ------------------------------------------------------------------ wrong types and unknown keys
     Case("string where a number belongs", train(config_module(), "train_config.learning_rate=fast"),

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from cluster_config import last_metrics, metric_records, placements, write_cluster_config
 
-from craftrl.utils.simulated_nodes import (NodeLink, RolloutNode, mount_namespaces_work, nodes_behind_links_work,
+from craftrl.testing.simulated_nodes import (NodeLink, RolloutNode, mount_namespaces_work, nodes_behind_links_work,
                                            wait_for, wait_for_nodes)
 
 pytestmark = pytest.mark.ray

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from cluster_config import metric_records
 
-from craftrl.utils.simulated_nodes import RolloutNode, mount_namespaces_work, wait_for_nodes
+from craftrl.testing.simulated_nodes import RolloutNode, mount_namespaces_work, wait_for_nodes
 
 pytestmark = pytest.mark.ray
 

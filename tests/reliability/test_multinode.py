@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from cluster_config import last_metrics, placements, write_cluster_config
 
-from craftrl.utils.simulated_nodes import mount_namespaces_work
+from craftrl.testing.simulated_nodes import mount_namespaces_work
 
 pytestmark = pytest.mark.ray
 

@@ -23,7 +23,7 @@ from config_fixtures.tiny import tiny_online
 
 from craftrl.config import build_config
 from craftrl.config.loading import config_to_dict
-from craftrl.envs.testing import ScriptedEnv
+from craftrl.testing.scripted_env import ScriptedEnv
 from craftrl.rollout.start import start_rollout_system, stop_rollout_system
 from craftrl.train.trainer import run_trainer
 
@@ -202,7 +202,7 @@ def test_lock_step_collection_survives_a_killed_rollout_worker(ray_session, tmp_
 
 BROKEN_ENV_CONFIG = """
 import functools
-from craftrl.envs.testing import ScriptedEnv
+from craftrl.testing.scripted_env import ScriptedEnv
 from tiny import policy_generator, online_dict
 
 env_generator = functools.partial(ScriptedEnv, fail_in="reset", fail_mode="raise", fail_at=1)

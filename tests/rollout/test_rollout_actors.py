@@ -14,11 +14,11 @@ import pytest
 
 from craftrl.config import build_config
 from craftrl.config.loading import config_to_dict
-from craftrl.envs.testing import ScriptedEnv
+from craftrl.testing.scripted_env import ScriptedEnv
 from craftrl.rollout.actors import RolloutManager, RolloutWorker
 from craftrl.rollout.episode_stats import EpisodeStatistics
 from craftrl.rollout.sinks import ActorSink
-from craftrl.rollout.testing import CountingPolicy, counting_policy_generator
+from craftrl.testing.counting_policy import CountingPolicy, counting_policy_generator
 from craftrl.rollout.worker import writer_prefix
 from craftrl.system import EPISODE_STATISTICS, actor_placed
 

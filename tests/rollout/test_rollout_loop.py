@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from craftrl.envs.latency import LatencyBoundEnv
-from craftrl.envs.testing import ScriptedEnv
+from craftrl.testing.scripted_env import ScriptedEnv
 from craftrl.rollout.cutter import FragmentCutter
-from craftrl.rollout.testing import CountingPolicy
+from craftrl.testing.counting_policy import CountingPolicy
 from craftrl.rollout.worker import RolloutLoop, auto_envs_per_process
 
 

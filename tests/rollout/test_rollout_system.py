@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from craftrl.config import build_config
-from craftrl.envs.testing import ScriptedEnv
+from craftrl.testing.scripted_env import ScriptedEnv
 from craftrl.replay.reader import ChunkReader
 from craftrl.rollout.start import start_rollout_system, stop_rollout_system
-from craftrl.rollout.testing import counting_policy_generator
+from craftrl.testing.counting_policy import counting_policy_generator
 from craftrl.system import ROLLOUT_MANAGER
 
 pytestmark = pytest.mark.ray

@@ -390,9 +390,9 @@ def test_half_precision_weights_move_the_rollouts_log_probs_less_than_the_stated
     with torch.no_grad():
         default.pi_head.linear_layer.weight.mul_(100.0)
     vpt = vpt_tiny().eval()
-    for policy, shape, batch, time in ((default, (64, 64, 3), 8, 16), (vpt, (128, 128, 3), 4, 8)):
+    for policy, shape, batch, steps in ((default, (64, 64, 3), 8, 16), (vpt, (128, 128, 3), 4, 8)):
         names = {name for name, _ in policy.named_parameters()}
-        change = _log_prob_change(policy, names, shape, batch, time)
+        change = _log_prob_change(policy, names, shape, batch, steps)
         assert 0 < change <= HALF_PRECISION_LOGP_TOLERANCE, change
 
 
@@ -407,6 +407,7 @@ def test_a_shard_slower_than_rays_pull_timeout_calls_for_the_head_setting_that_s
     assert "--system-config '{\"object_manager_pull_timeout_ms\": 60000}'" in line
 
 
+@pytest.mark.ray
 def test_the_pull_timeout_read_is_the_one_the_ray_instance_was_started_with():
     import subprocess
     import sys
