@@ -1,31 +1,24 @@
 """Crafter's full game (``crafter/score``) with the policy and PPO settings of Moon et al.'s Crafter PPO
-(arXiv 2307.03486), the best published PPO on Crafter: 15.6 ± 1.6 % after 1M env steps. Needs one CUDA GPU.
+(arXiv 2307.03486), the best published PPO on Crafter: 15.6 +- 1.6 % after 1M env steps. Needs one CUDA GPU.
 
 What carries over (facts of their paper and configuration, in this framework's keys):
 
 * **Policy**: feed-forward; an Impala CNN 64/128/128 with a one-group GroupNorm before its convolutions and a
   LayerNorm before its 256-wide dense layer, then a LayerNorm and a 1024-wide ReLU layer that both heads read
-  (``encoder_norm``, ``encoder_features`` 256, ``hidden_size`` 1024). ~4 M parameters and ~0.46 G
-  multiply-adds per 64x64 frame: a GPU's work, 200x the cows default's.
+  (``encoder_norm``, ``encoder_features`` 256, ``hidden_size`` 1024): a GPU's work per frame.
 * **Updates**: 4096 env steps per iteration (32 fragments of 128), 3 epochs of 8 minibatches of 512 single steps
   shuffled across the iteration (``minibatch_sequence_length`` 1), lr 3e-4, entropy 0.01, clip 0.2, gradient
   clip 0.5; the value is learned normalised; advantages are standardised over the whole iteration. 250
   iterations = 1.02M env steps.
 * **Credit**: discount 0.95, GAE lambda 0.65.
 
-What differs: experience is collected asynchronously (fragments of policy versions up to ``max_staleness``
-behind the learner), where their rollouts were in lock-step, which ``synchronous_sampling`` gives (it needs an
-env count that divides the iteration's 32 fragments, e.g. 32 or 64; not yet measured on a GPU, where envs and
-learner do overlap); a fragment's last value bootstraps its return where their rollouts of 512 steps did; and
-their value loss weighs twice this config's (``ppo_vf_coef`` 1.0 here would match) with a return normaliser
-that follows the latest returns (about ``value_beta`` 0.8 per iteration), which together left
-``crafter_score``'s 1M score within the spread of seeds (bench/notes/crafter_score.md).
+What differs: experience is collected ahead of the learner (fragments of policy versions up to ``max_staleness``
+behind it), where their rollouts were in lock-step, which ``synchronous_sampling`` gives (with an env count that
+divides the iteration's 32 fragments); a fragment's last value bootstraps its return where their rollouts of 512
+steps did; and their value loss weighs twice this config's, with a return normaliser that follows the latest
+returns (bench/notes/crafter_score.md compares these).
 
-    python bench/crafter_score.py --config craftrl.configs.crafter_resnet --seeds 0 1 2
-
-On one H200 with 16 cores (~2750 env steps/s, 1M env steps in ~6.5 minutes) it scored 13.5 and 13.7 % on two
-seeds, against 12.2 % for ``craftrl.configs.crafter_score`` (these settings with a wide tile policy, on 2
-cores) collected ahead of its learner too, 13.0 % in lock-step; bench/notes/crafter_score.md compares them.
+    python bench/crafter_score.py --config craftrl.configs.crafter_resnet
 """
 
 online_dict = {

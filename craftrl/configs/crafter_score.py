@@ -1,34 +1,20 @@
-"""The Crafter-score setting (P6) on 2 CPU cores: the full game (``crafter/score``) with Moon et al.'s PPO
-settings (``craftrl.configs.crafter_resnet``) and a wide tile-encoder policy that a CPU can train.
+"""The Crafter score on 2 CPU cores: the full game (``crafter/score``) with Moon et al.'s PPO settings
+(``craftrl.configs.crafter_resnet``) and a wide tile-encoder policy that a CPU can train through 1M env steps.
 
-The benchmark protocol of the Crafter paper is 1M env steps; ``bench/crafter_score.py`` stops the run there
-and scores every episode that finished within them from the run's ``episodes.jsonl``. This config scored
-13.0 % (3 seeds, on 2 cores of an AMD EPYC in bf16 and of an Intel Xeon without AMX in float32 alike,
-26 and 35-42 minutes each; the Crafter paper's PPO 4.6 %, Moon et al.'s 15.6 %).
+``bench/crafter_score.py`` runs it for the Crafter paper's 1M env steps and scores every episode that finished
+within them. Each choice and why; the measurements behind them are in bench/notes/crafter_score.md.
 
-* **Policy**: feed-forward; the tile encoder (one convolution per 7-pixel tile, then one over each tile's
-  neighbours) at 64 + 128 channels, 256 features, then the 1024-wide layer both heads read, with Moon et al.'s
-  norms (``encoder_norm``; with a rollout paced one iteration ahead, 12.2 % with them and 11.6 % without,
-  lower on each of the 3 seeds). 3.0 M parameters but ~10 M multiply-adds per frame, 1/50 of their Impala
-  CNN's, so 2 cores train it through 1M env steps in under half an hour. Width is what lifts the score: the
-  cows default's tile policy (16 + 16 channels, LSTM 128) scored 6.9 % with the same discount and lambda, and a
-  quarter-width Impala CNN with Moon et al.'s norms scored like it; 96 + 192 channels scored like 64 + 128 at
-  440k env steps for 1.6x the learner's time (bench/notes/crafter_score.md).
+* **Policy**: feed-forward; the tile encoder at 64 + 128 channels, 256 features, a 1024-wide layer both heads read,
+  with Moon et al.'s norms (``encoder_norm``). It costs a fiftieth of their Impala CNN's multiply-adds per frame,
+  and width is what lifted the score: the cows default's narrow tile policy scored about half.
 * **Updates and credit**: ``crafter_resnet``'s: 4096 env steps per iteration, 3 epochs of 8 minibatches of 512
   shuffled single steps, lr 3e-4, a normalised value, discount 0.95, GAE lambda 0.65.
-* **Rollout**: 16 envs in two groups of 8, in lock-step with the learner (``synchronous_sampling``): each env
-  cuts 2 of the iteration's 32 fragments with one policy version, then waits for the next, so every iteration
-  trains on data of the version it updates, as Moon et al.'s PPO does, and every env step the score counts
-  is one the learner trained on. On 2 cores this costs no throughput (the learner, alone on the cores, takes
-  3.6 s per iteration instead of 7.3 s beside the envs) and scores higher than a rollout paced one iteration
-  ahead: 13.0 % against 12.2 % at 1M env steps (3 seeds each, higher on each seed).
-* **Learner threads**: 2 (``num_cpus_per_worker``; the learner runs in the driver, outside Ray's accounting).
-  In lock-step the envs wait while the learner computes, so both cores are free for it: on an Intel Xeon
-  without AMX its compute went from 8.4 to 5.2 s per iteration and the run from 335 to 459 env steps/s.
-* **Learner precision** (``cpu_bf16`` 'auto', timed on the first iteration): bf16 halved the learner's time on
-  an AMD EPYC with avx512_bf16 (3.5 against 6.5 s per iteration) and on an Intel Xeon with AMX (2.7 against
-  5.5 s on 2 threads; 1M env steps in 24-27 minutes); on an Intel Xeon with avx512_bf16 and no AMX it took 11.7 s
-  against float32's 9.0 s. The score was the same in either precision.
+* **Rollout**: 16 envs in two groups of 8, in lock-step with the learner (``synchronous_sampling``), as Moon et al.'s
+  PPO collects: every env step the score counts is one the learner trained on, and on 2 cores it costs no
+  throughput, since the learner alone on the cores runs twice as fast as beside the envs.
+* **Learner threads**: 2 (``num_cpus_per_worker``): in lock-step the envs wait while the learner computes.
+* **Learner precision** (``cpu_bf16`` 'auto', timed on the first iteration): bfloat16 is much faster on some CPUs
+  and slower on others; the score was the same in either.
 """
 
 import copy

@@ -1,8 +1,8 @@
 """``train_config.cpu_bf16="auto"``: time the learner's pass in float32 and in bfloat16 autocast, keep the faster.
 
-Why measure: native bf16 instructions alone do not say bf16 is faster. On an AMD EPYC with avx512_bf16 it
-halved crafter_score's learner time, on an Intel Xeon with avx512_bf16 and no AMX it took 18-30 % longer than
-float32 (bench/notes/crafter_score.md); the policy's layer sizes and the batch decide as much as the CPU does.
+Why measure: native bf16 instructions alone do not say bf16 is faster. On some CPUs with them it halves the
+learner's time, on others it is slower than float32 (bench/notes/crafter_score.md); the policy's layer sizes and
+the batch decide as much as the CPU does.
 """
 
 from __future__ import annotations

@@ -29,8 +29,7 @@ def onednn_may_use_bf16() -> bool:
     """Whether torch's oneDNN may run bfloat16 in this process.
 
     Why: ``ONEDNN_MAX_CPU_ISA`` (set below AVX512_CORE) forbids the CPU's bf16 instructions to oneDNN, and bf16
-    passes then fall back to reference code: a 2048 x 2048 bf16 matmul took 57 s against 84 ms in float32 on an
-    Intel Xeon with AMX restricted to AVX2 (bench/notes/peers.md)."""
+    passes then fall back to reference code, hundreds of times slower than float32 (bench/notes/peers.md)."""
     import torch
 
     check = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
