@@ -26,7 +26,7 @@ run: $(STAMP)
 	$(VENV)/bin/craftrl train craftrl.configs.default
 
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=10
 
 # The fast gate: lint, then the tests that start no Ray and run no learning (a few minutes on 2 cores).
 check: $(STAMP)
