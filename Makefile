@@ -15,8 +15,9 @@ TORCH_INDEX_URL ?= https://download.pytorch.org/whl/cpu
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	# torch first, from TORCH_INDEX_URL: a bare `torch` requirement would otherwise pull the CUDA build from PyPI
-	$(PY) -m pip install --quiet "torch==2.13.0" --extra-index-url $(TORCH_INDEX_URL)
+	# torch first, from TORCH_INDEX_URL: a bare `torch` requirement would otherwise pull the CUDA build from PyPI.
+	# Only torch itself looks there; its dependencies come with the package's own, from the usual index.
+	$(PY) -m pip install --quiet --no-deps "torch==2.13.0" --extra-index-url $(TORCH_INDEX_URL)
 	$(PY) -m pip install --quiet -e ".[test,bench]"
 	touch $(STAMP)
 

@@ -47,7 +47,7 @@ def main() -> None:
     import crafter
 
     from craftrl.cli.evaluate import load_eval_policy, load_for_eval
-    from craftrl.rollout.worker import action_rows, obs_batch
+    from craftrl.rollout.loop import action_rows, obs_batch
 
     torch.set_num_threads(1)
     loaded, payload, _ = load_for_eval(args.checkpoint, None)

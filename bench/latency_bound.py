@@ -88,7 +88,7 @@ def worker_main(conn, index: int, row: dict) -> None:
     """One rollout worker: build its loop, wait for the common start, count steps in the measured window."""
     import torch
 
-    from craftrl.rollout.worker import RolloutLoop
+    from craftrl.rollout.loop import RolloutLoop
 
     torch.set_num_threads(1)
     env = latency_env(row)
@@ -175,7 +175,7 @@ def run_ray_row(row: dict, warmup: float, seconds: float, workers: int) -> dict:
 
     from craftrl.config import build_config
     from craftrl.config.loading import config_to_dict
-    from craftrl.rollout.actors import RolloutWorker
+    from craftrl.rollout.worker import RolloutWorker
 
     worker_config = {"num_envs": ENVS_PER_WORKER, "batch_size": row["batch_size"],
                      "envs_per_process": row["envs_per_process"], "step_timeout": STEP_TIMEOUT_S,

@@ -32,7 +32,7 @@ import torch
 from craftrl.config.validate import build_config
 from craftrl.configs import default as default_config
 from craftrl.envs import env_generator
-from craftrl.rollout.worker import RolloutLoop
+from craftrl.rollout.loop import RolloutLoop
 from craftrl.train.learner import PPOLearner
 from craftrl.utils.hardware import native_cpu_bf16_flags
 from machine import describe_machine  # bench scripts share helpers by plain import (sys.path[0] is bench/)

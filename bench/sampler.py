@@ -29,7 +29,7 @@ import torch
 from craftrl.envs import EnvPool, env_generator
 from craftrl.configs import default as default_config
 from craftrl.testing.counting_policy import CountingPolicy
-from craftrl.rollout.worker import RolloutLoop
+from craftrl.rollout.loop import RolloutLoop
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import describe_machine  # noqa: E402  (bench scripts share helpers by plain import)

@@ -18,7 +18,7 @@ from craftrl.cli.preflight import build_policy, describe_exception, weight_misma
 from craftrl.config.loading import LoadedConfig, load_config
 from craftrl.config.validate import ConfigError
 from craftrl.envs.contract import ContractError, check_env_methods, check_reset_result, check_step_result
-from craftrl.rollout.worker import action_rows, obs_batch
+from craftrl.rollout.loop import action_rows, obs_batch
 from craftrl.train.checkpoint import STATE_FILE, list_checkpoints, load_checkpoint
 
 
@@ -81,7 +81,7 @@ def load_eval_policy(loaded: LoadedConfig, model_state: dict[str, torch.Tensor])
 
 def play(loaded: LoadedConfig, model_state: dict[str, torch.Tensor], episodes: int, deterministic: bool,
          record: bool, seed: int = 0) -> tuple[list[EpisodeResult], list[np.ndarray]]:
-    from craftrl.rollout.worker import episode_metrics
+    from craftrl.rollout.loop import episode_metrics
 
     policy = load_eval_policy(loaded, model_state)
     env = _build_env(loaded)

@@ -250,7 +250,7 @@ def describe_obs(obs: dict[str, Any]) -> str:
 def probe_policy(policy: Any, obs: dict[str, Any], num_actions: int | None = None) -> Any:
     """Run ``policy`` on one observation as a rollout worker does and check its outputs; return the sampled action.
 
-    Mirrors ``craftrl.rollout.worker.RolloutLoop._act``: ``obs_batch`` -> ``[1, 1, ...]`` tensors, the merged
+    Mirrors ``craftrl.rollout.loop.RolloutLoop._act``: ``obs_batch`` -> ``[1, 1, ...]`` tensors, the merged
     ``initial_state(1)``, ``first`` = True, then ``act``; the forward call is also made on its own first, so that
     a missing or misshapen output is named instead of failing inside ``act``.
     """
@@ -258,7 +258,7 @@ def probe_policy(policy: Any, obs: dict[str, Any], num_actions: int | None = Non
 
     from craftrl.policies.checks import PolicyContractError, check_act_result, check_forward_outputs
     from craftrl.policies.state import merge_states, split_state
-    from craftrl.rollout.worker import action_rows, obs_batch
+    from craftrl.rollout.loop import action_rows, obs_batch
 
     device = policy.device if hasattr(policy, "device") else torch.device("cpu")
     policy.eval()

@@ -14,7 +14,7 @@ from craftrl.ray_bootstrap import ClusterResourceError, ray_init
 from craftrl.replay.config import encoded_fragment_bound
 from craftrl.replay.store import ReplayStoreError
 from craftrl.rollout.start import format_accounting, format_stop_times
-from craftrl.rollout.worker import waits_more_than_computes
+from craftrl.rollout.loop import waits_more_than_computes
 from craftrl.run_dir import ResumeTarget, RunDirectory, find_resume_target
 from craftrl.train.trainer import RolloutFailedError
 
@@ -145,7 +145,7 @@ def _run_failure(error: BaseException) -> str | None:
 
 def _with_envs_per_process(config: OnlineConfig, probe: Probe) -> OnlineConfig:
     """``envs_per_process: 0`` for an env whose step mostly waits: one env per process, so that none waits
-    behind another's step or reset (:func:`craftrl.rollout.worker.waits_more_than_computes`)."""
+    behind another's step or reset (:func:`craftrl.rollout.loop.waits_more_than_computes`)."""
     worker = config.rollout_config.worker_config
     if worker.envs_per_process != 0 or not waits_more_than_computes(probe.step_wall_s, probe.step_cpu_s):
         return config

@@ -1,4 +1,4 @@
-"""The named Ray actor that owns the buffer's index: a thin async shell around :class:`BufferPolicy`.
+"""The named Ray actor that owns the buffer's index: a thin async shell around :class:`ReplayIndex`.
 
 Writers on the store's node put records into the LMDB store themselves and send only :class:`FragmentMeta`;
 writers on other nodes send the encoded records along (``write_fragments``), which the actor stores on a
@@ -30,8 +30,8 @@ from typing import Any, Sequence
 
 from craftrl.replay.config import BufferSettings
 from craftrl.replay.disk_guard import DiskGuard
-from craftrl.replay.journal import JournaledPolicy
-from craftrl.replay.policy import BufferPolicy, ChunkDescriptor, FragmentMeta
+from craftrl.replay.journal import JournaledIndex
+from craftrl.replay.index import ReplayIndex, ChunkDescriptor, FragmentMeta
 from craftrl.replay.store import FragmentStore, ReplayStoreError, StoreLayout, create_store, read_layout
 from craftrl.system import REPLAY_BUFFER, current_node_id, restarted_by_ray
 logger = logging.getLogger(__name__)
@@ -45,17 +45,17 @@ class ReplayBufferActor:
         if restarted_by_ray():
             self._layout = read_layout(store.path)
             self._store = FragmentStore(self._layout)
-            self._policy = JournaledPolicy.recover(self._layout.path)
-            self._store.delete_many(self._policy.take_deletable())
-            counts = self._policy.accounting()
+            self._index = JournaledIndex.recover(self._layout.path)
+            self._store.delete_many(self._index.take_deletable())
+            counts = self._index.accounting()
             logger.warning("replay buffer restarted (restart %d): index rebuilt from its journal with %d chunks, "
                            "%d fragments registered so far; the store at %s was kept", counts["restarts"],
-                           self._policy.policy.num_chunks, counts["added"], self._layout.path)
+                           self._index.index.num_chunks, counts["added"], self._layout.path)
         else:
             self._layout = create_store(store.path, store.num_shards, settings.max_live_fragments,
                                         store.max_fragment_bytes, store.compression_level, current_node_id())
             self._store = FragmentStore(self._layout)
-            self._policy = JournaledPolicy.create(BufferPolicy.from_settings(settings), self._layout.path)
+            self._index = JournaledIndex.create(ReplayIndex.from_settings(settings), self._layout.path)
         self._disk = DiskGuard(self._layout.path, settings.max_live_fragments)
         self._deleter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="replay-delete")
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="replay-write")
@@ -105,7 +105,7 @@ class ReplayBufferActor:
             await self._notify()
 
     def _register(self, metas: Sequence[FragmentMeta]) -> None:
-        report_due = self._policy.add(metas)
+        report_due = self._index.add(metas)
         if self._disk.written(meta.stored_nbytes for meta in metas):
             logger.error("replay buffer: %s", self._disk.error)
         if report_due:
@@ -113,10 +113,10 @@ class ReplayBufferActor:
         self._delete_released()
 
     def _pacing(self) -> bool:
-        return self._policy.policy.settings.max_unsampled_chunks > 0 and not self._writers_released
+        return self._index.index.settings.max_unsampled_chunks > 0 and not self._writers_released
 
     def _writers_held(self) -> bool:
-        return not self._writers_released and self._policy.policy.rollout_ahead()
+        return not self._writers_released and self._index.index.rollout_ahead()
 
     async def release_writers(self) -> None:
         """Answer every registration at once from now on (the run is stopping: nobody will sample any more)."""
@@ -152,18 +152,18 @@ class ReplayBufferActor:
         condition = self._condition()
         async with condition:
             while True:
-                descriptors = self._policy.sample(n_chunks)
+                descriptors = self._index.sample(n_chunks)
                 self._delete_released()
                 if descriptors is not None:
                     condition.notify_all()  # paced writers may go on
                     return descriptors
                 remaining = deadline - loop.time()
                 if remaining <= 0:
-                    policy = self._policy.policy
+                    index = self._index.index
                     raise TimeoutError(
-                        f"sample_chunks({n_chunks}): only {policy.fresh_chunk_count()} fresh chunks after "
-                        f"{timeout_s:.0f} s (buffer holds {policy.num_chunks}, trainer version "
-                        f"{policy.version}); are rollout workers adding fragments?")
+                        f"sample_chunks({n_chunks}): only {index.fresh_chunk_count()} fresh chunks after "
+                        f"{timeout_s:.0f} s (buffer holds {index.num_chunks}, trainer version "
+                        f"{index.version}); are rollout workers adding fragments?")
                 try:
                     await asyncio.wait_for(condition.wait(), remaining)
                 except asyncio.TimeoutError:
@@ -171,18 +171,18 @@ class ReplayBufferActor:
 
     async def update_version(self, version: int) -> None:
         """The trainer's current policy version; chunks more than ``max_staleness`` behind are dropped."""
-        self._policy.update_version(version)
+        self._index.update_version(version)
         self._delete_released()
         await self._notify()  # stale chunks left: paced writers may go on
 
     async def retire_writer(self, prefix: str) -> None:
         """Refuse every later fragment whose env id starts with ``prefix``: a rollout worker the manager replaced
         without hearing from it (its node cut off), which may still deliver once it reaches the buffer again."""
-        self._policy.retire_writer(prefix)
+        self._index.retire_writer(prefix)
 
     async def report_corrupt(self, fragment_ids: Sequence[int]) -> int:
         """A reader could not decode these records: drop their chunks. Returns fragments removed."""
-        removed = self._policy.remove_fragments(fragment_ids, "corrupt")
+        removed = self._index.remove_fragments(fragment_ids, "corrupt")
         logger.warning("replay buffer: dropped %d fragments of chunks with unreadable records %s", removed,
                        list(fragment_ids))
         self._delete_released()
@@ -199,7 +199,7 @@ class ReplayBufferActor:
 
     async def accounting(self) -> dict[str, int]:
         """Where every added fragment is; after :meth:`flush_deletes`, ``store_records`` matches the rest."""
-        counts = self._policy.accounting()
+        counts = self._index.accounting()
         counts["store_records"] = self._store.count()
         return counts
 
@@ -219,16 +219,16 @@ class ReplayBufferActor:
         logger.info("replay buffer report %d: %s", self._reports, metrics)
 
     def _metrics(self, reset_window: bool) -> dict[str, float]:
-        metrics = self._policy.policy.metrics(reset_window=reset_window)
-        metrics["replay/restarts"] = float(self._policy.restarts)
-        metrics["replay/duplicate_registrations"] = float(self._policy.duplicate_registrations)
+        metrics = self._index.index.metrics(reset_window=reset_window)
+        metrics["replay/restarts"] = float(self._index.restarts)
+        metrics["replay/duplicate_registrations"] = float(self._index.duplicate_registrations)
         metrics["replay/remote_fragments_written"] = float(self.remote_records_written)
         metrics["replay/remote_bytes_written"] = float(self.remote_bytes_written)
         metrics["replay/writer_wait_s"] = self.writer_wait_seconds
         return metrics
 
     def _delete_released(self) -> None:
-        fragment_ids = self._policy.take_deletable()
+        fragment_ids = self._index.take_deletable()
         if not fragment_ids:
             return
         future = asyncio.get_running_loop().run_in_executor(self._deleter, self._store.delete_many, fragment_ids)

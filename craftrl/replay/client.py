@@ -26,7 +26,7 @@ from collections import deque
 from typing import Any
 
 from craftrl.replay.codec import encode_fragment
-from craftrl.replay.policy import FragmentMeta
+from craftrl.replay.index import FragmentMeta
 from craftrl.replay.store import FragmentStore, StoreLayout
 from craftrl.rollout.fragment import Fragment
 from craftrl.system import REPLAY_BUFFER, current_node_id

@@ -1,7 +1,7 @@
-"""A replay index that survives the death of its process: :class:`BufferPolicy` plus a journal of calls.
+"""A replay index that survives the death of its process: :class:`ReplayIndex` plus a journal of calls.
 
-Why a journal of *calls* rather than snapshots of state: :class:`BufferPolicy` is deterministic (one seeded
-generator, no clocks), so replaying the same calls in the same order on a fresh policy rebuilds exactly the
+Why a journal of *calls* rather than snapshots of state: :class:`ReplayIndex` is deterministic (one seeded
+generator, no clocks), so replaying the same calls in the same order on a fresh index rebuilds exactly the
 same chunks, use counts, versions, deferred deletions, random state and accounting counters. Each call costs
 one short append (tens of bytes); a full snapshot replaces the journal every ``compact_every`` entries so
 that replay at restart stays short.
@@ -13,7 +13,7 @@ are therefore idempotent by fragment id (the repeat is counted as ``duplicate_re
 ignored). Appends are flushed to the OS, not fsync-ed: the failure this guards against is a killed process,
 not a lost machine, and the store itself is not durable against that either (see ``store``).
 
-Files, beside the store's shards: ``index-snapshot.pkl`` (the policy pickled, with the journal generation it
+Files, beside the store's shards: ``index-snapshot.pkl`` (the index pickled, with the journal generation it
 precedes) and ``index-journal-<generation>.bin`` (pickled entries, one after another).
 """
 
@@ -25,7 +25,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any, BinaryIO, Iterable, Sequence
 
-from craftrl.replay.policy import BufferPolicy, ChunkDescriptor, FragmentMeta
+from craftrl.replay.index import ReplayIndex, ChunkDescriptor, FragmentMeta
 from craftrl.replay.store import INDEX_FILE_PREFIX
 
 SNAPSHOT_NAME = f"{INDEX_FILE_PREFIX}snapshot.pkl"
@@ -35,11 +35,11 @@ JOURNAL_PREFIX = f"{INDEX_FILE_PREFIX}journal-"
 RECENT_IDS = 100_000
 
 
-class JournaledPolicy:
+class JournaledIndex:
     """The buffer's bookkeeping with every state change written down; rebuilt by :meth:`recover`."""
 
-    def __init__(self, policy: BufferPolicy, root: str | os.PathLike, compact_every: int = 20_000) -> None:
-        self.policy = policy
+    def __init__(self, index: ReplayIndex, root: str | os.PathLike, compact_every: int = 20_000) -> None:
+        self.index = index
         self.root = Path(root)
         self.compact_every = compact_every
         self.duplicate_registrations = 0
@@ -53,15 +53,15 @@ class JournaledPolicy:
 
     # ----------------------------------------------------------------------------------------- lifecycle
     @classmethod
-    def create(cls, policy: BufferPolicy, root: str | os.PathLike, compact_every: int = 20_000) -> "JournaledPolicy":
+    def create(cls, index: ReplayIndex, root: str | os.PathLike, compact_every: int = 20_000) -> "JournaledIndex":
         """Start an empty journal (the store was just cleared)."""
-        journaled = cls(policy, root, compact_every)
+        journaled = cls(index, root, compact_every)
         journaled._write_snapshot()
         journaled._open_journal()
         return journaled
 
     @classmethod
-    def recover(cls, root: str | os.PathLike, compact_every: int = 20_000) -> "JournaledPolicy":
+    def recover(cls, root: str | os.PathLike, compact_every: int = 20_000) -> "JournaledIndex":
         """Rebuild the index a killed buffer process had: the last snapshot, then every journaled call."""
         root = Path(root)
         snapshot_path = root / SNAPSHOT_NAME
@@ -69,7 +69,7 @@ class JournaledPolicy:
             raise FileNotFoundError(f"cannot recover the replay index: {snapshot_path} is missing")
         with snapshot_path.open("rb") as file:
             saved = pickle.load(file)
-        journaled = cls(saved["policy"], root, compact_every)
+        journaled = cls(saved["index"], root, compact_every)
         journaled.duplicate_registrations = saved["duplicate_registrations"]
         journaled.restarts = saved["restarts"]
         journaled._recent = deque(saved["recent_ids"])
@@ -94,36 +94,36 @@ class JournaledPolicy:
                 self.duplicate_registrations += 1
                 continue
             self._remember(meta.fragment_id)
-            report_due |= self.policy.add(meta)
+            report_due |= self.index.add(meta)
         self._append(("add", tuple(metas)))
         return report_due
 
     def sample(self, n_chunks: int) -> list[ChunkDescriptor] | None:
-        descriptors = self.policy.sample(n_chunks)
+        descriptors = self.index.sample(n_chunks)
         self._append(("sample", n_chunks))
         return descriptors
 
     def update_version(self, version: int) -> None:
-        self.policy.update_version(version)
+        self.index.update_version(version)
         self._append(("version", version))
 
     def remove_fragments(self, fragment_ids: Iterable[int], reason: str) -> int:
         fragment_ids = tuple(int(i) for i in fragment_ids)
-        removed = self.policy.remove_fragments(fragment_ids, reason)
+        removed = self.index.remove_fragments(fragment_ids, reason)
         self._append(("remove", fragment_ids, reason))
         return removed
 
     def retire_writer(self, prefix: str) -> None:
-        self.policy.retire_writer(prefix)
+        self.index.retire_writer(prefix)
         self._append(("retire", prefix))
 
     def take_deletable(self) -> list[int]:
         # Which ids are deletable follows from the other calls; replaying takes them again and the store's
         # delete ignores records that are already gone, so this needs no entry of its own.
-        return self.policy.take_deletable()
+        return self.index.take_deletable()
 
     def accounting(self) -> dict[str, int]:
-        counts = self.policy.accounting()
+        counts = self.index.accounting()
         counts["duplicate_registrations"] = self.duplicate_registrations
         counts["restarts"] = self.restarts
         return counts
@@ -186,7 +186,7 @@ class JournaledPolicy:
         old.unlink(missing_ok=True)
 
     def _write_snapshot(self) -> None:
-        state = {"policy": self.policy, "generation": self._generation, "recent_ids": list(self._recent),
+        state = {"index": self.index, "generation": self._generation, "recent_ids": list(self._recent),
                  "duplicate_registrations": self.duplicate_registrations, "restarts": self.restarts}
         temporary = self.root / f"{SNAPSHOT_NAME}.tmp"
         with temporary.open("wb") as file:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
 from craftrl.replay.codec import CorruptRecordError, decode_fragment
-from craftrl.replay.policy import ChunkDescriptor
+from craftrl.replay.index import ChunkDescriptor
 from craftrl.replay.store import FragmentStore, MissingRecordError, StoreLayout
 from craftrl.rollout.fragment import Fragment
 from craftrl.system import on_node

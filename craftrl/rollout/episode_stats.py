@@ -13,7 +13,7 @@ from collections import deque
 from dataclasses import asdict
 from typing import Any
 
-from craftrl.rollout.worker import EpisodeRecord
+from craftrl.rollout.loop import EpisodeRecord
 
 
 class EpisodeStatistics:

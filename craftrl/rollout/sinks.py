@@ -4,7 +4,7 @@ A sink is built in the manager, pickled into the worker actor, and ``open``-ed i
 (an LMDB writer holds handles that cannot be pickled or shared across threads). ``send`` takes the fragments
 that were waiting together in the worker's send queue, oldest first, so a sink can deliver them in one call.
 ``retire_writer`` is the manager's: once it has replaced a worker, the sink refuses what that worker still
-sends (fragments whose env id starts with the worker's prefix, ``craftrl.rollout.worker.writer_prefix``).
+sends (fragments whose env id starts with the worker's prefix, ``craftrl.rollout.loop.writer_prefix``).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from craftrl.config.loading import config_to_dict
 from craftrl.config.schema import OnlineConfig
 from craftrl.replay.actor import start_replay_buffer
 from craftrl.replay.config import buffer_settings_from
-from craftrl.rollout.actors import RolloutManager
+from craftrl.rollout.manager import RolloutManager
 from craftrl.rollout.episode_stats import EpisodeStatistics
 from craftrl.system import EPISODE_STATISTICS, REPLAY_BUFFER, ROLLOUT_MANAGER, find, on_home_node
 

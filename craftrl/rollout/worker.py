@@ -1,400 +1,235 @@
-"""The rollout loop: supervised env processes, batched inference, per-env fragment cutting.
+"""Ray actor shell around ``RolloutLoop``: one rollout worker, its threads and its send queue.
 
-``RolloutLoop`` is a plain class (the Ray actor in ``craftrl.rollout.actors`` is a thin shell around it), so
-its bookkeeping is tested with real env processes but without Ray.
+Threads inside a worker actor (``max_concurrency`` lets Ray run its methods beside them):
 
-One ``step()``:
-
-1. swap in pending weights, if any -- only here, between forward passes, so every step is stamped with
-   the version that really acted;
-2. wait (blocking, no spinning) until an env has answered, then at most ``max_batch_wait`` seconds more for
-   others, up to ``batch_size``; take them. A slow or resetting env never holds the others: they act
-   without it, and it joins a later group once it answers;
-3. close their previous step in the cutters (reward, terminated/truncated, truncation bootstrap value);
-4. one forward pass for the group, sample actions, send them -- those envs step while the next group is
-   being inferred, which is where env time and inference time overlap;
-5. hand finished fragments to ``emit`` (the worker's bounded send queue: it blocks when full).
-
-With ``fragments_per_version`` > 0 (synchronous sampling) an env whose fragment is complete when its result
-arrives has the fragment closed at once; once it has cut that many fragments with the current version it is
-held, its result unanswered, until the next version arrives. The first version is waited for too. Every step of
-every fragment is then acted by one version, the one the learner trains next. ``set_fragments_per_version``
-changes the share (the manager raises it while a worker is missing, so that the others fill the iteration).
+* the rollout thread runs ``RolloutLoop.step`` forever;
+* the sender thread drains the bounded send queue into the fragment sink (the replay buffer); when the
+  sink is slow the queue fills and the rollout thread waits in ``put`` -- backpressure, never a drop. What the
+  newest offered weights version already makes too stale to sample (``max_staleness``) is discarded before it
+  is encoded or sent (``fragments_discarded_stale``): the buffer would refuse it on arrival, and a worker far
+  behind the learner, behind a slow link, would spend the link and the buffer's time on it;
+* the weights loader (:class:`craftrl.weights.NewestWeights`) fetches the newest offered weights and queues them
+  for the loop, which swaps them between forward passes;
+* Ray's method threads handle ``update_weights`` (an offer of a version number, never a fetch), ``request_video``
+  and ``status``.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import logging
+import queue
 import threading
 import time
-import uuid
-from dataclasses import dataclass, field
+import traceback
+from pathlib import Path
 from typing import Any, Callable
 
-import numpy as np
 import torch
 
-from craftrl.envs import EnvPool, EnvResult
-from craftrl.policies.state import merge_states, split_state, state_to_numpy
-from craftrl.rollout.cutter import FragmentCutter
+from craftrl.config.schema import OnlineConfig
+from craftrl.config.validate import build_config
+from craftrl.replay.index import too_stale
 from craftrl.rollout.fragment import Fragment
-from craftrl.utils.hardware import usable_cores
+from craftrl.rollout.loop import EpisodeRecord, RolloutLoop
+from craftrl.rollout.video import video_filename, write_mp4_in_background
+from craftrl.system import METRICS, current_node_id, find
+from craftrl.weights import NewestWeights, newest_refs_from
+
+logger = logging.getLogger(__name__)
 
 
-@dataclass
-class EpisodeRecord:
-    """One finished episode, for the episode statistics."""
-
-    env_id: str
-    episode_return: float
-    length: int
-    discounted_return: float
-    metrics: dict[str, float]
-    env_restarted: bool
-    version: int
+def undelivered(status: dict[str, Any]) -> float:
+    """Fragments a worker cut and neither sent nor discarded as stale, by its ``status``."""
+    return float(status.get("fragments_emitted", 0)) - float(status.get("fragments_sent", 0)) - \
+        float(status.get("fragments_discarded_stale", 0))
 
 
-@dataclass
-class WeightsUpdate:
-    version: int
-    state_dict: dict[str, torch.Tensor]
+def rollout_device(num_gpus: float) -> torch.device:
+    """The worker's GPU when it reserved one and CUDA exists, else the CPU (MineStudio hard-codes cuda)."""
+    return torch.device("cuda") if num_gpus > 0 and torch.cuda.is_available() else torch.device("cpu")
 
 
-@dataclass
-class _EnvTrack:
-    cutter: FragmentCutter
-    state: Any
-    last_value: float = 0.0
-    discounted: float = 0.0
-    discount_power: float = 1.0
-    pending_action: bool = False  # an action was sent and its result is outstanding
-    fragments_this_version: int = 0  # fragments cut since the policy version last changed
-    recording: dict[str, Any] | None = None
+class RolloutWorker:
+    """Body of the rollout worker actor. ``fragment_sink`` is a ``FragmentSink`` (see ``sinks``)."""
 
+    def __init__(self, worker_name: str, env_generator: Callable[[], Any], policy_generator: Callable[[], Any],
+                 config: dict[str, Any], fragment_sink: Any, statistics: Any = None, seed: int | None = None,
+                 weights: tuple[int, Any] | None = None, home_node: str | None = None, manager: Any = None):
+        """``weights``: ``(version, refs)`` to act with from the first step; ``manager``: the rollout manager, whose
+        ``weights_refs`` the weights loader asks for a version's refs when it fetches one offered by number."""
+        online: OnlineConfig = build_config(config)
+        rollout, worker_cfg = online.rollout_config, online.rollout_config.worker_config
+        self.name = worker_name
+        self.sink = fragment_sink
+        self.statistics = statistics
+        self.video_dir = Path(worker_cfg.video_output_dir)
+        self.video_fps = worker_cfg.video_fps
+        self.node = current_node_id()
+        # the run directory is on the home node's disk: from elsewhere, videos travel to the metrics actor there
+        self.videos_travel = home_node is not None and self.node is not None and self.node != home_node
+        self.device = rollout_device(rollout.num_gpus_per_worker)
+        if rollout.num_cpus_per_worker >= 1:
+            torch.set_num_threads(int(rollout.num_cpus_per_worker))
+        policy = policy_generator().to(self.device)
+        self.send_queue: queue.Queue[Fragment] = queue.Queue(maxsize=rollout.to_send_queue_size)
+        self._stop_rollout = threading.Event()  # stop stepping envs (the sender still delivers what is queued)
+        self._stop = threading.Event()  # stop everything
+        self.error: str | None = None
+        self.max_staleness = rollout.replay_buffer_config.max_staleness
+        self.sent = 0
+        self.discarded_stale = 0
+        self.send_failures = 0
+        self.send_seconds = 0.0
+        self.loop = RolloutLoop(
+            env_generator, policy, num_envs=worker_cfg.num_envs, batch_size=worker_cfg.batch_size,
+            envs_per_process=worker_cfg.envs_per_process, max_batch_wait=worker_cfg.max_batch_wait,
+            fragment_length=rollout.fragment_length, emit=self._enqueue, on_episode=self._report_episode,
+            on_video=self._write_video, discount=online.train_config.discount,
+            step_timeout=worker_cfg.step_timeout, reset_timeout=worker_cfg.reset_timeout,
+            restart_interval=worker_cfg.restart_interval, worker_name=worker_name, seed=seed,
+            fragments_per_version=online.fragments_per_env_per_version() if rollout.synchronous_sampling else 0)
+        self.weights = NewestWeights(self._load_weights,
+                                     newest_refs=newest_refs_from(manager) if manager is not None else None)
+        if weights is not None:  # a recreated worker acts with the newest weights from its first step
+            self.update_weights(*weights)
+            self.weights.wait_for(weights[0], timeout=300.0)
+        self._threads = [threading.Thread(target=self._guard(self._rollout_forever), name="rollout", daemon=True),
+                         threading.Thread(target=self._guard(self._send_forever), name="sender", daemon=True)]
+        for thread in self._threads:
+            thread.start()
 
-@dataclass
-class LoopTimers:
-    """Seconds spent per activity, so the status can say where rollout time goes."""
+    # ------------------------------------------------------------------ actor methods
 
-    env_wait: float = 0.0
-    inference: float = 0.0
-    emit_wait: float = 0.0
-    weights_wait: float = 0.0  # synchronous sampling: every env held until the next policy version
-    steps: int = 0
-    forward_passes: int = 0  # inference groups acted on: steps / forward_passes is the mean group size
-    started: float = field(default_factory=time.monotonic)
-    emit_blocked_since: float | None = None  # set while the loop waits on a full send queue
+    def update_weights(self, version: int, refs: list[Any] | None = None) -> int:
+        """Offer ``version``, with its ``refs`` (``[ObjectRef]``, in a list so Ray does not resolve them) or without,
+        for the loader to ask the manager for when it fetches; returns at once."""
+        self.weights.offer(version, refs)
+        return version
 
-    def as_dict(self) -> dict[str, float]:
-        blocked = self.emit_blocked_since
-        emit_wait = self.emit_wait + (time.monotonic() - blocked if blocked is not None else 0.0)
-        return {"env_wait_s": self.env_wait, "inference_s": self.inference, "emit_wait_s": emit_wait,
-                "weights_wait_s": self.weights_wait,
-                "env_steps": float(self.steps), "forward_passes": float(self.forward_passes),
-                "elapsed_s": time.monotonic() - self.started}
-
-
-def episode_metrics(info: dict[str, Any]) -> dict[str, float]:
-    """Numeric task metrics from an episode's last info: top-level scalars and one level of dicts of scalars."""
-    metrics = {}
-    for key, value in info.items():
-        if isinstance(value, dict):
-            for sub, inner in value.items():
-                if _is_scalar(inner):
-                    metrics[f"{key}/{sub}"] = float(inner)
-        elif _is_scalar(value):
-            metrics[key] = float(value)
-    return metrics
-
-
-def _is_scalar(value: Any) -> bool:
-    if isinstance(value, (bool, np.bool_)):
-        return False
-    return isinstance(value, (int, float, np.integer, np.floating))
-
-
-LATENCY_BOUND_STEP_S = 0.005  # an env step this long pays for its own pipe round trip (about 0.1 ms) many times
-
-
-def waits_more_than_computes(step_wall_s: float, step_cpu_s: float) -> bool:
-    """An env whose steps mostly wait (on a game in another process, a socket, a timer), as MinecraftSim's do.
-
-    Envs that share a process step one after another, so such envs get one process each: 8 of them per process
-    ran at 0.14 of their speed against 0.79 alone in ``bench/latency_bound.py``, while for a Crafter step, which
-    computes, sharing a process saves the round trips.
-    """
-    return step_wall_s >= LATENCY_BOUND_STEP_S and step_cpu_s <= step_wall_s / 2
-
-
-def auto_envs_per_process(num_envs: int, batch_size: int, cores: int, recycling: bool = False) -> int:
-    """``envs_per_process=0``: about one env process per core, each inference group made of whole processes.
-
-    Why per core: more env processes than cores only adds pipe round trips and wake-ups (each costs about
-    as much CPU as a Crafter step); fewer would leave cores idle on a larger machine. Recycling needs 1.
-    """
-    if recycling:
-        return 1
-    needed = -(-num_envs // max(cores, 1))
-    if needed <= batch_size:
-        return next(k for k in range(needed, batch_size + 1) if batch_size % k == 0)
-    return min(num_envs, -(-needed // batch_size) * batch_size)
-
-
-def obs_batch(observations: list[dict[str, Any]], device: torch.device) -> dict[str, torch.Tensor]:
-    """Stack numeric observation entries into ``[B, 1, ...]`` tensors (non-numeric entries are skipped)."""
-    batch = {}
-    for key, value in observations[0].items():
-        array = np.asarray(value)
-        if array.dtype.kind not in "biuf":
-            continue
-        stacked = np.stack([np.asarray(obs[key]) for obs in observations])
-        batch[key] = torch.from_numpy(stacked).unsqueeze(1).to(device)
-    return batch
-
-
-def action_rows(action: Any, count: int) -> list[Any]:
-    """Per-env actions from a batched ``[B, 1, ...]`` action (tensor or dict of tensors), as numpy."""
-    if isinstance(action, dict):
-        parts = {key: value[:, 0].cpu().numpy() for key, value in action.items()}
-        return [{key: value[i] for key, value in parts.items()} for i in range(count)]
-    array = action[:, 0].cpu().numpy()
-    return [array[i] for i in range(count)]
-
-
-def writer_prefix(worker_name: str) -> str:
-    """What the env id of every fragment a worker of this name cuts starts with, and no other worker's does (the
-    manager names each worker it creates differently): ``<worker_name>.<incarnation>/env<i>``."""
-    return f"{worker_name}."
-
-
-class RolloutLoop:
-    """Steps ``num_envs`` env processes with a policy, cutting fragments of ``fragment_length`` steps."""
-
-    def __init__(self, env_generator: Callable[[], Any], policy: torch.nn.Module, *, num_envs: int,
-                 batch_size: int, fragment_length: int, emit: Callable[[Fragment], None],
-                 on_episode: Callable[[EpisodeRecord], None] | None = None,
-                 on_video: Callable[[dict[str, Any], list[Any]], None] | None = None,
-                 discount: float = 0.99, step_timeout: float = 60.0, reset_timeout: float = 300.0,
-                 restart_interval: float | None = None, worker_name: str = "w0", seed: int | None = None,
-                 initial_version: int = -1, envs_per_process: int = 1, max_batch_wait: float = 0.0,
-                 fragments_per_version: int = 0) -> None:
-        if not 1 <= batch_size <= num_envs:
-            raise ValueError(f"batch_size: expected 1 <= batch_size <= num_envs ({num_envs}), got {batch_size}")
-        if fragments_per_version < 0:
-            raise ValueError(f"fragments_per_version: expected >= 0, got {fragments_per_version}")
-        self.fragments_per_version = fragments_per_version
-        self.policy = policy.eval()
-        self.device = policy.device if hasattr(policy, "device") else torch.device("cpu")
-        self.batch_size = batch_size
-        self.max_batch_wait = max_batch_wait
-        self.emit = emit
-        self.on_episode = on_episode or (lambda record: None)
-        self.on_video = on_video or (lambda label, frames: None)
-        self.discount = discount
-        self.version = initial_version
-        self.timers = LoopTimers()
-        self.fragments_emitted = 0
-        self._pending_weights: WeightsUpdate | None = None
-        self._pending_share: int | None = None
-        self._pending_lock = threading.Lock()
-        self._change_arrived = threading.Event()  # new weights or a new share: wakes a loop waiting for them
-        self._held: list[EnvResult] = []  # synchronous sampling: results of envs waiting for the next version
-        self._released: set[int] = set()  # envs whose held result is back in _ready, its step already closed
-        self._video_label: dict[str, Any] | None = None
-        incarnation = uuid.uuid4().hex[:8]  # a recreated worker must never continue an old chain of indices
-        self.envs_per_process = envs_per_process or auto_envs_per_process(
-            num_envs, batch_size, usable_cores(), recycling=bool(restart_interval))
-        self.pool = EnvPool(env_generator, num_envs, step_timeout_s=step_timeout, reset_timeout_s=reset_timeout,
-                            restart_interval_s=restart_interval, envs_per_process=self.envs_per_process)
-        self.tracks = [
-            _EnvTrack(FragmentCutter(f"{writer_prefix(worker_name)}{incarnation}/env{i}", fragment_length),
-                      policy.initial_state(1))
-            for i in range(num_envs)
-        ]
-        self._ready: list[EnvResult] = []
-        seeds = None if seed is None else [seed * 10_007 + i for i in range(num_envs)]
-        self.pool.reset_all(seeds)
-
-    # ---------------------------------------------------------------- control from other threads
-
-    def set_weights(self, version: int, state_dict: dict[str, torch.Tensor]) -> None:
-        """Queue new weights; they replace the current ones before the next forward pass (latest wins)."""
-        with self._pending_lock:
-            self._pending_weights = WeightsUpdate(int(version), state_dict)
-        self._change_arrived.set()
-
-    def set_fragments_per_version(self, count: int) -> None:
-        """Synchronous sampling: each env's share of fragments per version from now on, this version included."""
-        if not self.fragments_per_version or count < 1:
-            raise ValueError(f"set_fragments_per_version: expected >= 1 under synchronous sampling, got {count}")
-        with self._pending_lock:
-            self._pending_share = int(count)
-        self._change_arrived.set()
+    def _load_weights(self, version: int, state_dict: dict[str, torch.Tensor]) -> None:
+        self.loop.set_weights(version, {k: v.to(self.device) for k, v in state_dict.items()})
 
     def request_video(self, label: dict[str, Any]) -> None:
-        """Record the next episode that starts on env 0; ``label`` names the file (iteration, version)."""
-        self._video_label = dict(label)
-        self.pool.record_episode(0)
+        self.loop.request_video(label)
 
-    # ---------------------------------------------------------------- the loop
+    def set_fragments_per_version(self, count: int) -> None:
+        self.loop.set_fragments_per_version(count)
 
-    def step(self, timeout: float | None = None) -> int:
-        """Run one inference group; returns the number of env steps it consumed (0 on timeout)."""
-        self._apply_pending_changes()
-        if self.fragments_per_version and (self.version < 0 or not (self._ready or self.pool.outstanding)):
-            return self._wait_for_weights(timeout)  # no version yet, or every env has cut its share of this one
-        started = time.monotonic()
-        if not self._ready:
-            self._ready.extend(self.pool.recv(min_count=1, timeout=timeout))
-        if self._ready and len(self._ready) < self.batch_size and self.max_batch_wait > 0:
-            # a moment for the others, so that envs in step make one forward pass rather than several
-            missing = min(self.batch_size - len(self._ready), self.pool.outstanding)
-            if missing > 0:
-                self._ready.extend(self.pool.recv(min_count=missing, timeout=self.max_batch_wait))
-        self.timers.env_wait += time.monotonic() - started
-        if not self._ready:
-            return 0
-        group, self._ready = self._ready[:self.batch_size], self._ready[self.batch_size:]
-        closing = [result for result in group if result.env_index not in self._released]
-        self._released.difference_update(result.env_index for result in group)
-        finished = sum(1 for result in closing if not result.from_reset)
-        self._close_steps(closing)
-        self.timers.steps += finished
-        if self.fragments_per_version:
-            group = self._hold_envs_with_their_share(group)
-            if not group:
-                return finished
-        started = time.monotonic()
-        actions, fragments = self._act(group)
-        self.timers.inference += time.monotonic() - started
-        self.timers.forward_passes += 1
-        self.pool.send([result.env_index for result in group], actions)
-        self._emit_all(fragments)
-        return finished
+    def status(self) -> dict[str, Any]:
+        return {**self.loop.stats(), "name": self.name, "node": self.node, "queue_fill": self.send_queue.qsize(),
+                "queue_size": self.send_queue.maxsize, "fragments_sent": self.sent,
+                "fragments_discarded_stale": self.discarded_stale,
+                "send_failures": self.send_failures, "send_s": self.send_seconds, "error": self.error,
+                "weights_fetches": self.weights.fetches, "weights_fetch_s": self.weights.fetch_seconds,
+                "weights_last_fetch_s": self.weights.last_fetch_seconds or 0.0,
+                "weights_last_shard_s": self.weights.last_slowest_shard_seconds,
+                "weights_link_bytes_per_s": self.weights.link_bytes_per_s,
+                "weights_error": self.weights.error,
+                "alive": all(t.is_alive() for t in self._threads)}
 
-    def close(self) -> None:
-        self.pool.close()
+    def stop(self, drain_timeout: float = 30.0) -> dict[str, Any]:
+        """Stop stepping, deliver the fragments already cut, then stop; returns the final status.
 
-    def stats(self) -> dict[str, Any]:
-        return {**self.timers.as_dict(), **self.pool.stats(), "version": self.version,
-                "fragments_emitted": self.fragments_emitted}
-
-    # ---------------------------------------------------------------- internals
-
-    def _apply_pending_changes(self) -> None:
-        with self._pending_lock:
-            update, self._pending_weights = self._pending_weights, None
-            share, self._pending_share = self._pending_share, None
-        if share is not None and share != self.fragments_per_version:
-            self.fragments_per_version = share
-            self._release_held()  # those still at their share are held again before they act
-        if update is not None:
-            self.policy.load_state_dict(update.state_dict)
-            if update.version != self.version:
-                for track in self.tracks:
-                    track.fragments_this_version = 0
-                self._release_held()
-            self.version = update.version
-
-    def _release_held(self) -> None:
-        self._released.update(result.env_index for result in self._held)
-        self._ready, self._held = self._held + self._ready, []  # the held envs waited longest
-
-    def _wait_for_weights(self, timeout: float | None) -> int:
-        started = time.monotonic()
-        if self._change_arrived.wait(timeout):
-            self._change_arrived.clear()
-        self.timers.weights_wait += time.monotonic() - started
-        return 0
-
-    def _hold_envs_with_their_share(self, group: list[EnvResult]) -> list[EnvResult]:
-        """Close the fragments these results complete; hold the envs that have cut their share for this version.
-
-        Returns the results to act on now."""
-        closed, acting = [], []
-        for result in group:
-            track = self.tracks[result.env_index]
-            fragment = track.cutter.close_if_full(result.obs, result.first)
-            if fragment is not None:
-                closed.append(fragment)
-                track.fragments_this_version += 1
-            if track.fragments_this_version >= self.fragments_per_version and not track.cutter.num_steps:
-                self._held.append(result)
-            else:
-                acting.append(result)
-        self._emit_all(closed)
-        return acting
-
-    def _emit_all(self, fragments: list[Fragment]) -> None:
-        for fragment in fragments:
-            self.timers.emit_blocked_since = started = time.monotonic()
-            self.emit(fragment)
-            self.timers.emit_blocked_since = None
-            self.timers.emit_wait += time.monotonic() - started
-            self.fragments_emitted += 1
-
-    def _close_steps(self, group: list[EnvResult]) -> None:
-        """Give each env's previous step its outcome; report finished episodes."""
-        bootstrap = self._truncation_values(group)
-        for result in group:
-            track = self.tracks[result.env_index]
-            if result.from_reset:
-                continue
-            track.cutter.end_step(result.reward, result.terminated, result.truncated,
-                                  bootstrap.get(result.env_index))
-            track.discounted += track.discount_power * result.reward
-            track.discount_power *= self.discount
-            if result.done:
-                self._finish_episode(result, track)
-
-    def _truncation_values(self, group: list[EnvResult]) -> dict[int, float]:
-        """Value of the final observation of each truncated episode, from the state the episode reached.
-
-        Envs that failed (no final observation) get ``None`` here, and the cutter falls back to the value
-        of the last observation the policy saw.
+        Delivering first is what lets a run's accounting close: every fragment this worker emitted was
+        either sent, discarded as stale, or is counted in ``fragments_dropped`` (the sink stayed unreachable for
+        ``drain_timeout``).
         """
-        rows = [r for r in group if r.truncated and r.final_obs is not None and not r.from_reset]
-        if not rows:
-            return {}
-        with torch.inference_mode():
-            state = merge_states([self.tracks[r.env_index].state for r in rows])
-            first = torch.zeros(len(rows), 1, dtype=torch.bool, device=self.device)
-            latents, _ = self.policy(input=obs_batch([r.final_obs for r in rows], self.device),
-                                     state_in=state, first=first)
-            values = self.policy.value_head.denormalize(latents["vpred"])[:, 0].cpu().numpy()
-        return {r.env_index: float(v) for r, v in zip(rows, values)}
+        rollout_thread, sender_thread = self._threads
+        self._stop_rollout.set()
+        rollout_thread.join(timeout=10)
+        deadline = time.monotonic() + drain_timeout
+        while self.send_queue.unfinished_tasks and sender_thread.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=10)
+        self.weights.close()
+        self.loop.close()
+        status = self.status()
+        status["fragments_dropped"] = undelivered(status)
+        return status
 
-    def _finish_episode(self, result: EnvResult, track: _EnvTrack) -> None:
-        summary = result.episode
-        self.on_episode(EpisodeRecord(
-            env_id=track.cutter.env_id,
-            episode_return=summary.episode_return if summary else float("nan"),
-            length=summary.length if summary else 0,
-            discounted_return=track.discounted,
-            metrics=episode_metrics(result.info),
-            env_restarted=bool(result.info.get("env_restarted", False)),
-            version=self.version,
-        ))
-        track.discounted, track.discount_power = 0.0, 1.0
-        if result.frames is not None and self._video_label is not None:
-            self.on_video(self._video_label, result.frames)
-            self._video_label = None
+    # ------------------------------------------------------------------ threads
 
-    def _act(self, group: list[EnvResult]) -> tuple[list[Any], list[Fragment]]:
-        tracks = [self.tracks[result.env_index] for result in group]
-        states_in = [track.state for track in tracks]
-        first = torch.tensor([[result.first] for result in group], dtype=torch.bool, device=self.device)
-        with torch.inference_mode():
-            out = self.policy.act(obs_batch([result.obs for result in group], self.device),
-                                  merge_states(states_in), first)
-        actions = action_rows(out.action, len(group))
-        logp = out.logp[:, 0].cpu().numpy()
-        values = out.value[:, 0].cpu().numpy()
-        states_out = split_state(out.state_out, len(group))
-        fragments = []
-        for i, (result, track) in enumerate(zip(group, tracks)):
-            closed = track.cutter.begin_step(result.obs, result.first, actions[i], logp[i], values[i], self.version,
-                                             state_in=lambda s=states_in[i]: state_to_numpy(s))
-            if closed is not None:
-                fragments.append(closed)
-            track.state = states_out[i]
-        return actions, fragments
+    def _guard(self, body: Callable[[], None]) -> Callable[[], None]:
+        def run() -> None:
+            try:
+                body()
+            except Exception:
+                self.error = traceback.format_exc(limit=8)
+                logger.error("rollout worker %s: %s", self.name, self.error)
+        return run
+
+    def _rollout_forever(self) -> None:
+        while not self._stop_rollout.is_set() and not self._stop.is_set():
+            self.loop.step(timeout=1.0)
+
+    def _enqueue(self, fragment: Fragment) -> None:
+        while not self._stop.is_set():
+            try:
+                self.send_queue.put(fragment, timeout=0.5)
+                return
+            except queue.Full:
+                continue
+
+    def _send_forever(self) -> None:
+        import ray
+
+        self.sink.open()
+        try:
+            while not self._stop.is_set():
+                try:
+                    taken = [self.send_queue.get(timeout=0.5)]
+                except queue.Empty:
+                    continue
+                taken += self._take_waiting()
+                started = time.monotonic()
+                batch = taken
+                while not self._stop.is_set():
+                    batch = self._without_stale(batch)  # checked again before each retry: versions move on
+                    if not batch:
+                        break
+                    try:
+                        self.sink.send(batch)
+                        self.sent += len(batch)
+                        break
+                    except ray.exceptions.RayActorError:
+                        self.send_failures += 1  # the sink is being recreated: keep the fragments, retry
+                        time.sleep(1.0)
+                for _ in taken:
+                    self.send_queue.task_done()
+                self.send_seconds += time.monotonic() - started
+        finally:
+            self.sink.close()
+
+    def _without_stale(self, fragments: list[Fragment]) -> list[Fragment]:
+        """``fragments`` less those the trainer, at least at the newest offered version, will never sample."""
+        newest = self.weights.newest_offered
+        fresh = [f for f in fragments if not too_stale(f.min_version, newest, self.max_staleness)]
+        self.discarded_stale += len(fragments) - len(fresh)
+        return fresh
+
+    def _take_waiting(self) -> list[Fragment]:
+        """The fragments already queued behind the one just taken (a group's envs end fragments together)."""
+        waiting = []
+        while len(waiting) < self.send_queue.maxsize:
+            try:
+                waiting.append(self.send_queue.get_nowait())
+            except queue.Empty:
+                break
+        return waiting
+
+    def _report_episode(self, record: EpisodeRecord) -> None:
+        if self.statistics is not None:
+            self.statistics.report.remote(dataclasses.asdict(record))  # fire and forget
+
+    def _write_video(self, label: dict[str, Any], frames: list[Any]) -> None:
+        deliver = self._deliver_video if self.videos_travel else None
+        write_mp4_in_background(self.video_dir / video_filename(label, self.name), frames, self.video_fps, deliver)
+
+    @staticmethod
+    def _deliver_video(path: Path, data: bytes) -> None:
+        sink = find(METRICS)
+        if sink is not None:
+            sink.save_file.remote(str(path), data)  # fire and forget, like every other metric

@@ -23,7 +23,7 @@ def test_example_is_a_valid_config(path):
 def _act_once(loaded):
     env, policy = loaded.env_generator(), loaded.policy_generator()
     obs, _ = env.reset(seed=0)
-    from craftrl.rollout.worker import action_rows, obs_batch
+    from craftrl.rollout.loop import action_rows, obs_batch
 
     out = policy.act(obs_batch([obs], policy.device), policy.initial_state(1), torch.ones(1, 1, dtype=torch.bool))
     _, reward, terminated, truncated, _ = env.step(action_rows(out.action, 1)[0])

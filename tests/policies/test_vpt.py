@@ -25,18 +25,14 @@ from craftrl.policies.vpt import (
 )
 from craftrl.policies.vpt.network import EpisodeMaskedAttention
 
-# shared/ lies beside the repository (CI clones it next to a fresh checkout, wherever that is)
-SHARED = next((p for p in (Path(__file__).resolve().parents[3] / "shared" / "vpt", Path("/work/shared/vpt"))
-               if p.is_dir()), Path("/work/shared/vpt"))
+# the parameter names and shapes of OpenAI's published VPT files, and their pickle layout, as JSON
+SHARED = Path(__file__).resolve().parent / "vpt_layout"
 IMAGE = 16  # tiny images keep the CNN cheap; the transformer is what these tests exercise
 AUTOCAST_ULPS = 16  # an autocast pass against float32, in units of the autocast dtype's eps (see its test)
 
 
 def _shared_entries(name: str) -> list[tuple[str, list[int], str]]:
-    path = SHARED / name
-    if not path.exists():
-        pytest.skip(f"{path} not available")
-    return [tuple(entry) for entry in json.loads(path.read_text())]
+    return [tuple(entry) for entry in json.loads((SHARED / name).read_text())]
 
 
 @pytest.fixture(scope="module")
@@ -83,8 +79,7 @@ def test_strict_load_rejects_missing_and_unexpected_keys(small_vpt):
 
 
 def test_model_file_in_official_layout_is_read(tmp_path):
-    spec = json.loads((SHARED / "model_file_format.json").read_text()) if (SHARED / "model_file_format.json") \
-        .exists() else pytest.skip("model_file_format.json not available")
+    spec = json.loads((SHARED / "model_file_format.json").read_text())
     net_args = {key: item["value"] for key, item in spec["net_args_1x"].items()}
     agent = {"version": 3, "model": {"function": "x", "args": {
         "net": {"function": "y", "local_args": {"z": 1}, "args": net_args},

@@ -8,7 +8,7 @@ import pytest
 from craftrl.replay.actor import start_replay_buffer
 from craftrl.replay.client import ReplayWriter
 from craftrl.replay.codec import encode_fragment
-from craftrl.replay.policy import FragmentMeta
+from craftrl.replay.index import FragmentMeta
 from craftrl.replay.config import BufferSettings, StoreSettings
 from craftrl.replay.reader import ReaderPool
 from craftrl.replay.store import FragmentStore

@@ -9,21 +9,21 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from craftrl.replay.journal import JOURNAL_PREFIX, JournaledPolicy
-from craftrl.replay.policy import BufferPolicy, FragmentMeta
+from craftrl.replay.journal import JOURNAL_PREFIX, JournaledIndex
+from craftrl.replay.index import ReplayIndex, FragmentMeta
 
-from test_policy_properties import limits, ops
+from test_index_properties import limits, ops
 
 
 def apply(policy, operation, next_index: Counter, counter: list[int]):
-    """One operation on a BufferPolicy or a JournaledPolicy (same call shapes but for ``add``)."""
+    """One operation on a ReplayIndex or a JournaledIndex (same call shapes but for ``add``)."""
     kind = operation[0]
     if kind == "add":
         _, env, step, lag = operation
         next_index[env] += step
         meta = FragmentMeta(counter[0], env, next_index[env], max(0, _version(policy) - lag))
         counter[0] += 1
-        return policy.add([meta]) if isinstance(policy, JournaledPolicy) else policy.add(meta)
+        return policy.add([meta]) if isinstance(policy, JournaledIndex) else policy.add(meta)
     if kind == "sample":
         return policy.sample(min(operation[1], _settings(policy).max_chunks))
     if kind == "version":
@@ -34,14 +34,14 @@ def apply(policy, operation, next_index: Counter, counter: list[int]):
 
 
 def _version(policy) -> int:
-    return (policy.policy if isinstance(policy, JournaledPolicy) else policy).version
+    return (policy.index if isinstance(policy, JournaledIndex) else policy).version
 
 
 def _settings(policy):
-    return (policy.policy if isinstance(policy, JournaledPolicy) else policy).settings
+    return (policy.index if isinstance(policy, JournaledIndex) else policy).settings
 
 
-def _state(policy: BufferPolicy) -> tuple:
+def _state(policy: ReplayIndex) -> tuple:
     return policy.accounting(), policy.chunk_ids(), policy.version, policy.fresh_chunk_count()
 
 
@@ -50,9 +50,9 @@ def _state(policy: BufferPolicy) -> tuple:
 def test_recovered_index_matches_an_uninterrupted_one(limit_values, operations, cut_fraction, compact_every,
                                                       restart_twice):
     cut = int(len(operations) * cut_fraction)
-    reference = BufferPolicy(**limit_values)
+    reference = ReplayIndex(**limit_values)
     with tempfile.TemporaryDirectory() as directory:
-        journaled = JournaledPolicy.create(BufferPolicy(**limit_values), directory, compact_every=compact_every)
+        journaled = JournaledIndex.create(ReplayIndex(**limit_values), directory, compact_every=compact_every)
         ref_index, ref_counter, index, counter = Counter(), [0], Counter(), [0]
         for operation in operations[:cut]:
             expected = apply(reference, operation, ref_index, ref_counter)
@@ -60,17 +60,17 @@ def test_recovered_index_matches_an_uninterrupted_one(limit_values, operations, 
             if operation[0] == "sample":
                 assert got == expected
         # The process dies here: no close, no final snapshot. A new one rebuilds from the files alone.
-        recovered = JournaledPolicy.recover(directory, compact_every=compact_every)
+        recovered = JournaledIndex.recover(directory, compact_every=compact_every)
         if restart_twice:
-            recovered = JournaledPolicy.recover(directory, compact_every=compact_every)
-        assert _state(recovered.policy) == _state(reference)
+            recovered = JournaledIndex.recover(directory, compact_every=compact_every)
+        assert _state(recovered.index) == _state(reference)
         assert recovered.restarts == 1 + restart_twice
         for operation in operations[cut:]:
             expected = apply(reference, operation, ref_index, ref_counter)
             got = apply(recovered, operation, index, counter)
             if operation[0] == "sample":
                 assert got == expected, "the rebuilt index samples differently from the original"
-        assert _state(recovered.policy) == _state(reference)
+        assert _state(recovered.index) == _state(reference)
         assert recovered.accounting()["unaccounted"] == 0
         journals = [p.name for p in Path(directory).iterdir() if p.name.startswith(JOURNAL_PREFIX)]
         assert len(journals) == 1, f"compaction left old journals behind: {journals}"
@@ -78,22 +78,22 @@ def test_recovered_index_matches_an_uninterrupted_one(limit_values, operations, 
 
 
 def test_a_repeated_registration_is_counted_once(tmp_path):
-    journaled = JournaledPolicy.create(BufferPolicy(max_chunks=4), tmp_path)
+    journaled = JournaledIndex.create(ReplayIndex(max_chunks=4), tmp_path)
     meta = FragmentMeta(7, "w0/e0", 0, 0)
     journaled.add([meta])
     journaled.add([meta])  # a retried call whose first answer was lost
     counts = journaled.accounting()
     assert counts["added"] == 1 and counts["duplicate_registrations"] == 1 and counts["removed_out_of_order"] == 0
-    recovered = JournaledPolicy.recover(tmp_path)
+    recovered = JournaledIndex.recover(tmp_path)
     assert recovered.accounting()["added"] == 1 and recovered.accounting()["duplicate_registrations"] == 1
 
 
 def test_a_torn_last_entry_is_ignored(tmp_path):
-    journaled = JournaledPolicy.create(BufferPolicy(max_chunks=4), tmp_path)
+    journaled = JournaledIndex.create(ReplayIndex(max_chunks=4), tmp_path)
     journaled.add([FragmentMeta(1, "w0/e0", 0, 0)])
     journal = next(p for p in tmp_path.iterdir() if p.name.startswith(JOURNAL_PREFIX))
     entry = pickle.dumps(("add", (FragmentMeta(2, "w0/e0", 1, 0),)))
     with journal.open("ab") as file:
         file.write(entry[: len(entry) // 2])  # killed in the middle of an append
-    recovered = JournaledPolicy.recover(tmp_path)
+    recovered = JournaledIndex.recover(tmp_path)
     assert recovered.accounting()["added"] == 1

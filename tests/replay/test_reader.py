@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from craftrl.replay.codec import encode_fragment
-from craftrl.replay.policy import BufferPolicy, FragmentMeta
+from craftrl.replay.index import ReplayIndex, FragmentMeta
 from craftrl.replay.reader import ChunkReader, ReaderPool
 from craftrl.replay.store import FragmentStore, create_store
 
@@ -10,7 +10,7 @@ from craftrl.replay.store import FragmentStore, create_store
 def test_corrupted_record_is_reported_clearly_and_the_buffer_carries_on(tmp_path, make_fragment):
     layout = create_store(tmp_path, num_shards=2, max_fragments=16, max_fragment_bytes=1 << 16)
     store = FragmentStore(layout)
-    policy = BufferPolicy(max_chunks=8, max_reuse=10, fragments_per_chunk=2)
+    policy = ReplayIndex(max_chunks=8, max_reuse=10, fragments_per_chunk=2)
     originals = {}
     for env in ("a", "b", "c"):
         for index in range(2):
@@ -50,7 +50,7 @@ def test_prefetch_batches_keeps_that_many_batches_of_reads_ahead_of_the_one_cons
     readers; with ROCKET-3's batch of 1 fragment and 4 ahead, 5 reads wait while the first is consumed."""
     layout = create_store(tmp_path, num_shards=1, max_fragments=64, max_fragment_bytes=1 << 16)
     store = FragmentStore(layout)
-    policy = BufferPolicy(max_chunks=64, max_reuse=1, fragments_per_chunk=1)
+    policy = ReplayIndex(max_chunks=64, max_reuse=1, fragments_per_chunk=1)
     for index in range(40):
         store.put(index, encode_fragment(make_fragment(env_id="a", index=index, seed=index)))
         policy.add(FragmentMeta(index, "a", index, 0))

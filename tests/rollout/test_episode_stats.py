@@ -1,5 +1,5 @@
 from craftrl.rollout.episode_stats import EpisodeStatistics
-from craftrl.rollout.worker import EpisodeRecord, episode_metrics
+from craftrl.rollout.loop import EpisodeRecord, episode_metrics
 
 
 def record(ret, length=10, restarted=False, **metrics):

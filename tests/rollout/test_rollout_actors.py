@@ -15,11 +15,12 @@ import pytest
 from craftrl.config import build_config
 from craftrl.config.loading import config_to_dict
 from craftrl.testing.scripted_env import ScriptedEnv
-from craftrl.rollout.actors import RolloutManager, RolloutWorker
+from craftrl.rollout.manager import RolloutManager
+from craftrl.rollout.worker import RolloutWorker
 from craftrl.rollout.episode_stats import EpisodeStatistics
 from craftrl.rollout.sinks import ActorSink
 from craftrl.testing.counting_policy import CountingPolicy, counting_policy_generator
-from craftrl.rollout.worker import writer_prefix
+from craftrl.rollout.loop import writer_prefix
 from craftrl.system import EPISODE_STATISTICS, actor_placed
 
 pytestmark = pytest.mark.ray

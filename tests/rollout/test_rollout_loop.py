@@ -13,7 +13,7 @@ from craftrl.envs.latency import LatencyBoundEnv
 from craftrl.testing.scripted_env import ScriptedEnv
 from craftrl.rollout.cutter import FragmentCutter
 from craftrl.testing.counting_policy import CountingPolicy
-from craftrl.rollout.worker import RolloutLoop, auto_envs_per_process
+from craftrl.rollout.loop import RolloutLoop, auto_envs_per_process
 
 
 def collect(env_generator, *, num_envs=2, batch_size=1, fragment_length=4, fragments=6, policy=None, **kwargs):
@@ -222,7 +222,7 @@ def test_the_preflight_probe_tells_an_env_that_waits_from_one_that_computes():
     from craftrl.cli.preflight import Probe
     from craftrl.config import build_config
     from craftrl.envs import env_generator
-    from craftrl.rollout.worker import waits_more_than_computes
+    from craftrl.rollout.loop import waits_more_than_computes
 
     measured = {}
     for name, kwargs in (("synthetic/latency", dict(step_latency_s=0.02, step_jitter=0.0, reset_latency_s=0.0)),

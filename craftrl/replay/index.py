@@ -1,6 +1,6 @@
 """What the replay buffer keeps, samples and forgets: pure bookkeeping over fragment ids, no I/O, no Ray.
 
-Rules (each one tested in tests/replay/test_policy_properties.py):
+Rules (each one tested in tests/replay/test_index_properties.py):
 
 * A chunk is ``fragments_per_chunk`` fragments of one ``env_id`` with consecutive ``index``. A fragment that
   does not continue the env's open partial chunk breaks it (the partial is dropped, reason ``gap``), so a
@@ -99,7 +99,7 @@ class _Window:
     fragments_added: int = 0
 
 
-class BufferPolicy:
+class ReplayIndex:
     """The replay buffer's state machine; see the module docstring for the rules it enforces."""
 
     def __init__(self, max_chunks: int, max_reuse: int = 2, max_staleness: int = 2, fragments_per_chunk: int = 1,
@@ -128,7 +128,7 @@ class BufferPolicy:
         self._window = _Window()
 
     @classmethod
-    def from_settings(cls, settings: BufferSettings) -> "BufferPolicy":
+    def from_settings(cls, settings: BufferSettings) -> "ReplayIndex":
         return cls(settings.max_chunks, settings.max_reuse, settings.max_staleness, settings.fragments_per_chunk,
                    settings.fragments_per_report, settings.seed, settings.read_grace_samples,
                    settings.max_unsampled_chunks)
@@ -165,7 +165,7 @@ class BufferPolicy:
     def add(self, meta: FragmentMeta) -> bool:
         """Take one stored fragment into account; return True when a metrics report is due."""
         if not isinstance(meta, FragmentMeta):
-            raise TypeError(f"BufferPolicy.add: expected a FragmentMeta, got {type(meta).__name__}")
+            raise TypeError(f"ReplayIndex.add: expected a FragmentMeta, got {type(meta).__name__}")
         self._added += 1
         self._window.fragments_added += 1
         report_due = self._added % self.settings.fragments_per_report == 0

@@ -7,7 +7,7 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from craftrl.replay.policy import REMOVAL_REASONS, BufferPolicy, FragmentMeta
+from craftrl.replay.index import REMOVAL_REASONS, ReplayIndex, FragmentMeta
 
 limits = st.fixed_dictionaries({
     "max_chunks": st.integers(1, 6),
@@ -35,7 +35,7 @@ ops = st.lists(weighted_kinds.flatmap(op_kinds.__getitem__), min_size=30, max_si
 
 def run(limit_values: dict, operations: list) -> list:
     """Apply the operations, checking every invariant after each one; return the samples drawn."""
-    policy = BufferPolicy(**limit_values)
+    policy = ReplayIndex(**limit_values)
     max_chunks, max_reuse = limit_values["max_chunks"], limit_values["max_reuse"]
     max_staleness, per_chunk = limit_values["max_staleness"], limit_values["fragments_per_chunk"]
     grace = limit_values["read_grace_samples"]

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from craftrl.replay.policy import BufferPolicy, FragmentMeta
+from craftrl.replay.index import ReplayIndex, FragmentMeta
 
 
 def meta(fragment_id: int, env_id: str = "e0", index: int | None = None, version: int = 0) -> FragmentMeta:
@@ -10,7 +10,7 @@ def meta(fragment_id: int, env_id: str = "e0", index: int | None = None, version
 
 
 def test_stale_chunk_behind_a_fresh_head_is_never_sampled():
-    policy = BufferPolicy(max_chunks=10, max_reuse=5, max_staleness=1)
+    policy = ReplayIndex(max_chunks=10, max_reuse=5, max_staleness=1)
     policy.update_version(5)
     policy.add(meta(0, "fast", version=5))  # head of the queue, fresh
     policy.add(meta(1, "slow", version=4))  # admitted later, older policy
@@ -22,7 +22,7 @@ def test_stale_chunk_behind_a_fresh_head_is_never_sampled():
 
 
 def test_chunks_group_consecutive_fragments_of_one_env_and_gaps_break_them():
-    policy = BufferPolicy(max_chunks=10, fragments_per_chunk=3)
+    policy = ReplayIndex(max_chunks=10, fragments_per_chunk=3)
     for fragment_id, (env, index) in enumerate([("a", 0), ("b", 0), ("a", 1), ("a", 3), ("a", 4), ("b", 1),
                                                 ("a", 5), ("b", 2)]):
         policy.add(meta(fragment_id, env, index))
@@ -34,7 +34,7 @@ def test_chunks_group_consecutive_fragments_of_one_env_and_gaps_break_them():
 
 
 def test_chunk_retires_after_max_reuse_and_its_records_wait_for_the_read_grace():
-    policy = BufferPolicy(max_chunks=4, max_reuse=2, read_grace_samples=2)
+    policy = ReplayIndex(max_chunks=4, max_reuse=2, read_grace_samples=2)
     policy.add(meta(0))
     policy.add(meta(1))
     first = policy.sample(2)
@@ -51,7 +51,7 @@ def test_chunk_retires_after_max_reuse_and_its_records_wait_for_the_read_grace()
 
 
 def test_capacity_evicts_oldest_first_and_unsampled_records_go_at_once():
-    policy = BufferPolicy(max_chunks=2)
+    policy = ReplayIndex(max_chunks=2)
     for i in range(4):
         policy.add(meta(i, f"e{i}", 0))
     assert policy.chunk_ids() == [2, 3]
@@ -60,7 +60,7 @@ def test_capacity_evicts_oldest_first_and_unsampled_records_go_at_once():
 
 
 def test_stale_and_repeated_fragments_are_refused_on_arrival():
-    policy = BufferPolicy(max_chunks=4, max_staleness=2)
+    policy = ReplayIndex(max_chunks=4, max_staleness=2)
     policy.update_version(10)
     policy.add(meta(0, index=0, version=7))
     policy.add(meta(1, index=1, version=8))
@@ -70,7 +70,7 @@ def test_stale_and_repeated_fragments_are_refused_on_arrival():
 
 
 def test_a_retired_writer_is_refused_from_then_on_and_what_it_delivered_before_stays():
-    policy = BufferPolicy(max_chunks=8)
+    policy = ReplayIndex(max_chunks=8)
     policy.add(meta(0, "w1-a1.ab/env0", 0))
     policy.retire_writer("w1-a1.")
     policy.add(meta(1, "w1-a1.ab/env0", 1))  # the replaced worker delivers late
@@ -85,7 +85,7 @@ def test_a_retired_writer_is_refused_from_then_on_and_what_it_delivered_before_s
 
 
 def test_reports_are_due_every_fragments_per_report_and_metrics_are_named():
-    policy = BufferPolicy(max_chunks=4, fragments_per_report=3)
+    policy = ReplayIndex(max_chunks=4, fragments_per_report=3)
     due = [policy.add(meta(i, f"e{i}", 0)) for i in range(7)]
     assert due == [False, False, True, False, False, True, False]
     policy.sample(2)
@@ -99,7 +99,7 @@ def test_reports_are_due_every_fragments_per_report_and_metrics_are_named():
 
 
 def test_corrupt_fragment_evicts_its_chunk_once():
-    policy = BufferPolicy(max_chunks=4, fragments_per_chunk=2)
+    policy = ReplayIndex(max_chunks=4, fragments_per_chunk=2)
     for i in range(4):
         policy.add(meta(i))
     assert policy.remove_fragments([1]) == 2
@@ -109,7 +109,7 @@ def test_corrupt_fragment_evicts_its_chunk_once():
 
 def test_same_seed_same_samples_other_seed_other_samples():
     def draw(seed):
-        policy = BufferPolicy(max_chunks=50, max_reuse=3, seed=seed)
+        policy = ReplayIndex(max_chunks=50, max_reuse=3, seed=seed)
         for i in range(50):
             policy.add(meta(i, f"e{i}", 0))
         return [d.chunk_id for _ in range(3) for d in policy.sample(10)]
@@ -119,7 +119,7 @@ def test_same_seed_same_samples_other_seed_other_samples():
 
 
 def test_rollout_is_ahead_while_max_unsampled_chunks_await_a_first_sample():
-    policy = BufferPolicy(max_chunks=8, max_reuse=2, max_staleness=1, max_unsampled_chunks=2)
+    policy = ReplayIndex(max_chunks=8, max_reuse=2, max_staleness=1, max_unsampled_chunks=2)
     policy.add(meta(0, "a", 0))
     assert policy.unsampled_chunk_count() == 1 and not policy.rollout_ahead()
     policy.add(meta(1, "b", 0))
@@ -134,7 +134,7 @@ def test_rollout_is_ahead_while_max_unsampled_chunks_await_a_first_sample():
 
 
 def test_without_max_unsampled_chunks_the_rollout_is_never_ahead():
-    policy = BufferPolicy(max_chunks=8)
+    policy = ReplayIndex(max_chunks=8)
     for i in range(8):
         policy.add(meta(i, f"e{i}", 0))
     assert policy.unsampled_chunk_count() == 8 and not policy.rollout_ahead()
@@ -145,11 +145,11 @@ def test_without_max_unsampled_chunks_the_rollout_is_never_ahead():
                                  {"max_chunks": 2, "max_unsampled_chunks": -1}])
 def test_bad_limits_name_the_key(bad):
     with pytest.raises(ValueError, match="expected an int >="):
-        BufferPolicy(**bad)
+        ReplayIndex(**bad)
 
 
 def test_bad_calls_raise_clear_errors():
-    policy = BufferPolicy(max_chunks=3)
+    policy = ReplayIndex(max_chunks=3)
     policy.update_version(2)
     with pytest.raises(ValueError, match="current version 2"):
         policy.update_version(1)
