@@ -3,7 +3,9 @@
 The metrics actor writes ``metrics.jsonl`` on the driver's node; the driver reads it back as it grows, so progress
 comes from the driver's own process, not from an actor whose every line Ray prefixes with its name and pid.
 
-    iter 12/400 | 31.5k env steps | 155 sps | return 0.35 | cows 0.30 | lag 1.2 | 3m20s, ETA 1h48m
+    iter 12/400 | 31.5k env steps | 155 sps | return 0.35 | cows_killed 0.30 | lag 1.2 | 3m20s, ETA 1h48m
+
+After the return come the env's declared task metrics (``task_metrics``, docs/envs.md), as episode means.
 """
 
 from __future__ import annotations
@@ -13,23 +15,25 @@ import math
 import sys
 import threading
 from pathlib import Path
-from typing import Any, Callable, Mapping, TextIO
+from typing import Any, Callable, Mapping, Sequence, TextIO
 
 Advice = Callable[[Mapping[str, Any]], str | None]  # a console line a record calls for, or None
 
-HEADLINE = (("rollout/sps", "{:.0f} sps"), ("episodes/return_mean", "return {:.2f}"),
-            ("episodes/cows_killed_mean", "cows {:.2f}"), ("data/version_lag_mean", "lag {:.1f}"))
+ROLLOUT = (("rollout/sps", "{:.0f} sps"), ("episodes/return_mean", "return {:.2f}"))
+LEARNER = (("data/version_lag_mean", "lag {:.1f}"),)
 REFRESH_S = 0.5  # how often the file is read
 
 
-def progress_line(record: Mapping[str, Any], num_iterations: int | None = None) -> str | None:
+def progress_line(record: Mapping[str, Any], num_iterations: int | None = None,
+                  task_metrics: Sequence[str] = ()) -> str | None:
     """The progress line of a training record of ``metrics.jsonl``; None for records of other components."""
     if not isinstance(record.get("train/iteration"), (int, float)):
         return None
     iteration = int(record["train/iteration"])
     total = f"/{num_iterations}" if num_iterations else ""
     parts = [f"iter {iteration}{total}", f"{_short(record.get('rollout/env_steps', record.get('step', 0)))} env steps"]
-    parts += [fmt.format(record[key]) for key, fmt in HEADLINE if _finite(record.get(key))]
+    shown = (*ROLLOUT, *((f"episodes/{name}_mean", name + " {:.2f}") for name in task_metrics), *LEARNER)
+    parts += [fmt.format(record[key]) for key, fmt in shown if _finite(record.get(key))]
     elapsed = record.get("train/elapsed_s")
     if _finite(elapsed):
         timing = _duration(elapsed)
@@ -71,13 +75,16 @@ class ProgressDisplay:
 
     On a terminal, ``rich`` keeps one live line with a bar; elsewhere a plain line every ``interval`` seconds
     (0: every record); when the display closes, the last record is shown if it was not yet. Each of ``advice``
-    looks at every record (of any component) and the first line it returns is shown, once per run.
+    looks at every record (of any component) and the first line it returns is shown, once per run. The line shows
+    the episode means of ``task_metrics``, the env's declared ones.
     """
 
     def __init__(self, metrics_path: Path, num_iterations: int | None, interval: float,
-                 stream: TextIO | None = None, live: bool | None = None, advice: tuple[Advice, ...] = ()) -> None:
+                 stream: TextIO | None = None, live: bool | None = None, advice: tuple[Advice, ...] = (),
+                 task_metrics: Sequence[str] = ()) -> None:
         self.tail = MetricsTail(metrics_path)
         self.num_iterations = num_iterations
+        self.task_metrics = tuple(task_metrics)
         self.interval = interval
         self.stream = stream or sys.stdout
         self.live = self.stream.isatty() if live is None else live
@@ -134,7 +141,7 @@ class ProgressDisplay:
                 print(line, file=self.stream, flush=True)
 
     def _print(self, record: dict[str, Any]) -> None:
-        print(progress_line(record, self.num_iterations), file=self.stream, flush=True)
+        print(progress_line(record, self.num_iterations, self.task_metrics), file=self.stream, flush=True)
         self._printed = record
 
     def _run(self) -> None:
@@ -151,7 +158,7 @@ class ProgressDisplay:
 
         if self.latest is None:
             return Text("waiting for the first iteration ...")
-        line = Text(progress_line(self.latest, self.num_iterations) or "")
+        line = Text(progress_line(self.latest, self.num_iterations, self.task_metrics) or "")
         if not self.num_iterations:
             return line
         bar = ProgressBar(total=self.num_iterations, completed=int(self.latest["train/iteration"]), width=40)

@@ -82,7 +82,7 @@ def preflight(loaded: Any) -> Probe | None:
         check_checkpoint_fits(checkpoint, policy)
     state = _call_policy("initial_state(1)", lambda: policy.initial_state(1))
     return Probe(fragment_nbytes(first.obs, action, state, config.rollout_config.fragment_length), step_wall_s,
-                 step_cpu_s)
+                 step_cpu_s, first.task_metrics)
 
 
 def check_resume(resume: str | None, save_path: str | Path) -> Path | None:
@@ -293,12 +293,22 @@ class Probe:
     raw_fragment_bytes: int  # one fragment's raw size: observation, action and recurrent state per step
     step_wall_s: float  # one env step, in the env process
     step_cpu_s: float  # CPU of the thread that called step() (a game in another process, e.g. a JVM, not counted)
+    task_metrics: tuple[str, ...] = ()  # the env's declared task metrics (docs/envs.md), for the progress line
 
 
 @dataclass
 class FirstObservation:
     obs: dict[str, Any]
     num_actions: int | None  # the env's action_space.n when it declares a discrete action space
+    task_metrics: tuple[str, ...] = ()
+
+
+def declared_task_metrics(env: Any) -> tuple[str, ...]:
+    """The env's ``task_metrics`` (docs/envs.md); one that is not a tuple or list of names is a contract error."""
+    declared = getattr(env, "task_metrics", ())
+    if not isinstance(declared, (tuple, list)) or not all(isinstance(name, str) for name in declared):
+        raise ContractError(f"{ENV}: task_metrics: expected a tuple of info keys (str), got {declared!r}")
+    return tuple(declared)
 
 
 def _discrete_actions(env: Any) -> int | None:
@@ -325,7 +335,7 @@ def _probe_env_main(conn: Connection, generator_bytes: bytes, seed: int) -> None
         stage = "reset()"
         result = env.reset(seed=seed)
         check_reset_result(result, f"{ENV}: reset()")
-        conn.send(("reset", result[0], _discrete_actions(env)))
+        conn.send(("reset", result[0], _discrete_actions(env), declared_task_metrics(env)))
         request = conn.recv()
         if request[0] == "step":
             stage = "step()"
@@ -368,7 +378,7 @@ class EnvProbe:
     def wait_for_reset(self) -> FirstObservation:
         remaining = self.reset_timeout - (time.monotonic() - self.child.started_at)
         reply = self._receive("building and resetting the env", remaining, "reset_timeout", self.reset_timeout)
-        return FirstObservation(obs=reply[1], num_actions=reply[2])
+        return FirstObservation(obs=reply[1], num_actions=reply[2], task_metrics=reply[3])
 
     def step(self, action: Any) -> tuple[float, float]:
         """Step once; returns the step's wall-clock and CPU seconds in the env process."""

@@ -64,7 +64,7 @@ def train_command(loaded: LoadedConfig) -> int:
         sink = api.start_metrics_sink(str(run_dir.root), config)
         api.start_rolloutmanager(loaded.policy_generator, loaded.env_generator, config)
         api.start_trainer(loaded.policy_generator, loaded.env_generator, config, whole_config=loaded.source_text,
-                          run_dir=str(run_dir.root))
+                          run_dir=str(run_dir.root), task_metrics=probe.task_metrics if probe else ())
     except KeyboardInterrupt:
         interrupted = True
         print("craftrl: interrupted; stopping rollout workers and env processes", file=sys.stderr, flush=True)

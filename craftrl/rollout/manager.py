@@ -142,7 +142,7 @@ class RolloutManager:
             "rollout/workers_given_up": float(len(self.given_up)),
             "rollout/workers_waiting_for_node": float(len(self.waiting_for_node)),
             "rollout/manager_restarted": float(self.restarted),
-            "rollout/version_lag_max": float(max((latest - s.get("version", -1) for s in statuses), default=0)),
+            "rollout/weights_behind_max": float(max((latest - s.get("version", -1) for s in statuses), default=0)),
             "rollout/weights_fetch_s_max": float(max((s.get("weights_last_fetch_s", 0) for s in statuses), default=0)),
             "rollout/weights_shard_s_max": float(max((s.get("weights_last_shard_s", 0) for s in statuses), default=0)),
             "rollout/weights_link_mb_per_s_min": (slowest_link_bytes_per_s(statuses) or 0.0) / 1e6,

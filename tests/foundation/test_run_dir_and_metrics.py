@@ -61,9 +61,14 @@ TRAINING_RECORD = {"train/iteration": 2, "rollout/env_steps": 31500, "rollout/sp
                    "train/elapsed_s": 200.0}
 
 
-def test_progress_line_shows_headline_numbers_and_eta():
-    line = progress_line(TRAINING_RECORD, num_iterations=10)
-    assert line == "iter 2/10 | 31.5k env steps | 155 sps | return 0.35 | cows 0.30 | lag 1.2 | 3m20s, ETA 13m20s"
+def test_progress_line_shows_headline_numbers_the_envs_task_metrics_and_eta():
+    line = progress_line(TRAINING_RECORD, num_iterations=10, task_metrics=("cows_killed",))
+    assert line == ("iter 2/10 | 31.5k env steps | 155 sps | return 0.35 | cows_killed 0.30 | lag 1.2 | "
+                    "3m20s, ETA 13m20s")
+    # no task metric is shown that the env did not declare, and a declared one no episode reported yet is left out
+    assert "cows" not in progress_line(TRAINING_RECORD, num_iterations=10)
+    assert progress_line({**TRAINING_RECORD, "episodes/wood_mean": 2.0}, 10, ("wood", "stone")).count("wood 2.00") == 1
+    assert "stone" not in progress_line(TRAINING_RECORD, 10, ("stone",))
     assert progress_line({"replay/added": 5.0}) is None  # another component's report is not progress
 
 

@@ -235,6 +235,9 @@ CASES = [
          ("env_generator: cannot be pickled to send it to env processes", "expected a module-level function")),
     Case("env_generator returns no env", train(config_module(env="def env_generator():\n    return 42")),
          ("env_generator: returned an int without reset(), step(), close()", "expected an env with reset/step")),
+    Case("task_metrics that are not a tuple of names", train(config_module(env=broken_env("""
+            task_metrics = "cows_killed"
+            """))), ("env_generator: task_metrics: expected a tuple of info keys (str), got 'cows_killed'",)),
     Case("observation is not a dict", train(config_module(env=broken_env("""
             def reset(self, seed=None):
                 obs, info = super().reset(seed)

@@ -156,8 +156,8 @@ SLOW_LINK, WEIGHTS_BYTES = "20mbit", 8 << 20
 def _times_the_slowest_worker_caught_up(runs: Path, since_iteration: float) -> int:
     """How often, after iteration ``since_iteration``, the weights of the rollout worker furthest behind the
     learner came at least 5 versions closer to the learner's: a worker that loads no version only falls behind."""
-    lags = [record["rollout/version_lag_max"] for record in metric_records(runs)
-            if record.get("train/iteration", 0) > since_iteration and "rollout/version_lag_max" in record]
+    lags = [record["rollout/weights_behind_max"] for record in metric_records(runs)
+            if record.get("train/iteration", 0) > since_iteration and "rollout/weights_behind_max" in record]
     return sum(later <= earlier - 5 for earlier, later in zip(lags, lags[1:]))
 
 

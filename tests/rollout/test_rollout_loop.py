@@ -228,8 +228,9 @@ def test_the_preflight_probe_tells_an_env_that_waits_from_one_that_computes():
     for name, kwargs in (("synthetic/latency", dict(step_latency_s=0.02, step_jitter=0.0, reset_latency_s=0.0)),
                          ("crafter/cows", {})):
         with EnvProbe(env_generator(name, **kwargs), seed=0, reset_timeout=60, step_timeout=60) as env:
-            env.wait_for_reset()
+            declared = env.wait_for_reset().task_metrics
             measured[name] = env.step(0)
+        assert declared == {"synthetic/latency": (), "crafter/cows": ("cows_killed",)}[name]  # for the progress line
     assert waits_more_than_computes(*measured["synthetic/latency"]), measured
     assert not waits_more_than_computes(*measured["crafter/cows"]), measured
 

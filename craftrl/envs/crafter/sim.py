@@ -50,6 +50,9 @@ class CrafterSim:
     If the installed opensimplex or Crafter is not the version they reproduce, Crafter's own code stays in
     place (with a warning), so results are never silently different.
 
+    ``task_metrics`` names the ``info`` keys that say how well the task goes (docs/envs.md); the progress line
+    shows them.
+
     ``semantic_map`` (default off) adds ``info["semantic"]``, Crafter's object-id map of the whole world, to
     every reset and step. Scripted agents want it; the training pipeline never reads it, and building it costs
     about 3 % of a step and a quarter of the bytes of each step's reply between processes, so it is left out
@@ -66,12 +69,14 @@ class CrafterSim:
         length: int = CRAFTER_DEFAULT_LENGTH,
         fast: bool = True,
         semantic_map: bool = False,
+        task_metrics: tuple[str, ...] = (),
     ) -> None:
         import crafter  # imported here so that merely importing craftrl.envs stays cheap
 
         from craftrl.envs.crafter import reproducible
 
         reproducible.install()  # a seed fixes the whole episode (Crafter's despawn order follows memory addresses)
+        self.task_metrics = tuple(task_metrics)
         if fast:
             _install_fast_paths()
 

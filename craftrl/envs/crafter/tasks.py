@@ -18,6 +18,7 @@ def make_cows(obs_size: tuple[int, int] = (64, 64), seed: int | None = None, num
         obs_size=obs_size,
         seed=seed,
         semantic_map=semantic_map,
+        task_metrics=("cows_killed",),
         callbacks=[
             SummonMobsCallback([{"name": "cow", "number": num_cows,
                                  "range_x": [-cow_range, cow_range], "range_z": [-cow_range, cow_range]}]),
