@@ -41,7 +41,7 @@ bench: $(STAMP)
 	$(PY) -m pytest -q -m slow || test $$? -eq 5
 	$(PY) bench/run_all.py
 
-# The benchmarks that need no learning run: about 30 min on 2 cores.
+# The benchmarks that need no learning run: about 20 min on 2 cores.
 bench-quick: $(STAMP)
 	$(PY) bench/run_all.py --quick
 

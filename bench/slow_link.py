@@ -9,21 +9,17 @@ The learner publishes faster than a version crosses the link, so the node can on
 the figure is the seconds between two versions loaded on the node, against a plain TCP copy of one version's bytes
 over the same link. Ray sends an object again when its pull has not finished after
 ``object_manager_pull_timeout_ms`` (10 s by default), which the publisher's shards are there to avoid, so each case
-names that setting and how the version travels: in craftrl's shards, sized by the rate the node reports for its
-last version as the rollout manager reports its slowest worker's; in shards of the size craftrl gives a version
-when no link is known (``fixed``); or whole, as one object (``whole``).
+names that setting and how the version travels: in craftrl's shards (``craftrl.weights.shard_size``), or whole, as
+one object (``whole``).
 
-As in a run, the versions reach the node through a stand-in for the rollout manager on the head, which keeps the
-newest version's refs and offers the node its number; the node asks for the refs when it starts a fetch. With
-``refs`` a case offers the refs with every version instead: every ref handed over costs Ray ownership messages
-across the link, whether the node loads that version or skips it.
+As in a run, the versions reach the node through a stand-in for the rollout manager on the head, which offers the
+node every version with its refs.
 
-Each case in ``--cases`` is ``MB:PULL_TIMEOUT_MS[:fixed|:whole][:refs]`` (``default`` for Ray's own timeout) and
+Each case in ``--cases`` is ``MB:PULL_TIMEOUT_MS[:whole]`` (``default`` for Ray's own timeout) and
 gets a fresh cluster. Needs root, ``unshare``, ``nsenter``, ``ip`` and ``tc``. Writes bench/results/slow_link.md;
 the last line is ``P10 slow_link_efficiency=<link time / seconds between versions, first case>``.
 
-    .venv/bin/python bench/slow_link.py [--rate 20mbit] [--cases 16:default 32:default 16:default:whole ...]
-    .venv/bin/python bench/slow_link.py --rate 2mbit --versions 3 --cases 8:default 8:default:refs
+    python bench/slow_link.py [--rate 20mbit] [--cases 16:default 32:default 16:default:whole ...]
 
 """
 
@@ -41,7 +37,7 @@ from pathlib import Path
 from machine import describe_machine
 from headlines import finish, headline  # noqa: E402
 
-from craftrl.weights import RAY_DEFAULT_PULL_TIMEOUT_MS, shard_size
+from craftrl.weights import RAY_DEFAULT_PULL_TIMEOUT_MS
 
 RESULTS = Path(__file__).resolve().parent / "results"
 WARM_UP_VERSIONS = 2  # the first fetches over the slowed link start side by side with no measure yet: not counted
@@ -50,58 +46,43 @@ WARM_UP_VERSIONS = 2  # the first fetches over the slowed link start side by sid
 class WeightsHolder:
     """A rollout worker's weight path alone: a policy of ``nbytes`` bytes kept at the newest version offered."""
 
-    def __init__(self, nbytes: int, manager) -> None:
+    def __init__(self, nbytes: int) -> None:
         import torch
 
-        from craftrl.weights import NewestWeights, newest_refs_from
+        from craftrl.weights import NewestWeights
 
         torch.set_num_threads(1)
         self.policy = torch.nn.Linear(nbytes // 4, 1, bias=False)
         self.applied: list[tuple[int, float]] = []  # (version, time.time() when loaded)
-        self.weights = NewestWeights(self._apply, newest_refs=newest_refs_from(manager))
+        self.weights = NewestWeights(self._apply)
 
     def _apply(self, version: int, state_dict: dict) -> None:
         self.policy.load_state_dict(state_dict)
         self.applied.append((version, time.time()))
 
-    def update_weights(self, version: int, refs: list | None = None) -> float | None:
-        """A rollout worker's offer; answers with the rate its last version came at."""
+    def update_weights(self, version: int, refs: list) -> None:
+        """A rollout worker's offer."""
         self.weights.offer(version, refs)
-        return self.weights.link_bytes_per_s
 
     def report(self) -> dict:
         return {"applied": list(self.applied), "overtaken": self.weights.fetches_overtaken}
 
 
 class ManagerStandIn:
-    """The rollout manager's part in the weight path, on the head, for one worker: keeps the newest version's refs,
-    offers the worker the version (``with_refs``: with its refs) and answers each offer with the rate the worker
-    last reported, which the publisher sizes its shards by."""
+    """The rollout manager's part in the weight path, on the head, for one worker: offers it every version."""
 
-    def __init__(self, with_refs: bool) -> None:
-        self.holder, self.with_refs = None, with_refs
-        self.latest: tuple[int, list] | None = None
-        self.rate: float | None = None
-        self.answer = None  # the worker's answer to the last offer, read at the next one
+    def __init__(self) -> None:
+        self.holder = None
 
     def use_holder(self, holder) -> None:
         self.holder = holder
 
-    def update_weights(self, version: int, refs: list) -> float | None:
-        import ray
-
-        self.latest = (version, list(refs))
-        if self.answer is not None and ray.wait([self.answer], timeout=0)[0]:
-            self.rate = ray.get(self.answer)
-        self.answer = self.holder.update_weights.remote(version, *([refs] if self.with_refs else []))
-        return self.rate
-
-    def weights_refs(self) -> tuple[int, list] | None:
-        return self.latest
+    def update_weights(self, version: int, refs: list) -> None:
+        self.holder.update_weights.remote(version, list(refs))
 
 
 def run_case(megabytes: int, pull_timeout_ms: int | None, rate: str, period: float, versions: int,
-             sharding: str, offers: str, scratch: Path, timeout_s: float) -> dict:
+             sharding: str, scratch: Path, timeout_s: float) -> dict:
     """One fresh cluster: the node joins over a fast link, the link is slowed, the head publishes a version every
     ``period`` s until the node has loaded ``WARM_UP_VERSIONS + versions`` versions since the slow-down."""
     import ray
@@ -119,15 +100,14 @@ def run_case(megabytes: int, pull_timeout_ms: int | None, rate: str, period: flo
     hidden = scratch / "hidden"
     hidden.mkdir(exist_ok=True)
     node = RolloutNode(cluster.address, {"slow_node": 1}, hidden,
-                       scratch / f"view-{megabytes}-{pull_timeout_ms}-{sharding}-{offers}", range(21000, 21200), link)
+                       scratch / f"view-{megabytes}-{pull_timeout_ms}-{sharding}", range(21000, 21200), link)
     try:
         wait_for_nodes(cluster.address, 2, [node])
         ray.init(address=cluster.address)
-        manager = ray.remote(ManagerStandIn).options(num_cpus=0, resources={"head": 1}, max_concurrency=4).remote(
-            with_refs=offers == "refs")
-        holder = ray.remote(WeightsHolder).options(num_cpus=0, resources={"slow_node": 1}).remote(nbytes, manager)
+        manager = ray.remote(ManagerStandIn).options(num_cpus=0, resources={"head": 1}, max_concurrency=4).remote()
+        holder = ray.remote(WeightsHolder).options(num_cpus=0, resources={"slow_node": 1}).remote(nbytes)
         ray.get(manager.use_holder.remote(holder))
-        shard_bytes = {"link": None, "fixed": shard_size(nbytes), "whole": nbytes}[sharding]
+        shard_bytes = {"shards": None, "whole": nbytes}[sharding]
         publisher = WeightPublisher(manager, shard_bytes=shard_bytes)
         weights = torch.zeros(1, nbytes // 4)
         published = 0
@@ -162,7 +142,7 @@ def run_case(megabytes: int, pull_timeout_ms: int | None, rate: str, period: flo
     loaded = [slowed, *(at for _, at in report["applied"] if at > slowed)]
     between = [later - earlier for earlier, later in zip(loaded, loaded[1:])]
     return {"megabytes": megabytes, "pull_timeout_ms": pull_timeout_ms, "shards": len(publisher.latest[1]),
-            "sharding": sharding, "offers": offers,
+            "sharding": sharding,
             "copy_s": copy_s,
             "warm_up": between[:WARM_UP_VERSIONS], "gaps": between[WARM_UP_VERSIONS:], "overtaken": report["overtaken"]}
 
@@ -171,18 +151,15 @@ def listed(seconds: list[float]) -> str:
     return ", ".join(f"{value:.1f}" for value in seconds)
 
 
-def parse_case(text: str) -> tuple[int, int | None, str, str]:
-    """``(MB, pull timeout in ms or None for Ray's, 'link', 'fixed' or 'whole', 'version' or 'refs')``."""
+def parse_case(text: str) -> tuple[int, int | None, str]:
+    """``(MB, pull timeout in ms or None for Ray's, 'shards' or 'whole')``."""
     parts = text.split(":")
-    megabytes, timeout, rest = parts[0], (parts[1:] or [""])[0], parts[2:]
-    offers = "refs" if rest[-1:] == ["refs"] else "version"
-    sharding = rest[:-1] if offers == "refs" else rest
+    megabytes, timeout, sharding = parts[0], (parts[1:] or [""])[0], parts[2:]
     if (not megabytes.isdigit() or not (timeout == "default" or timeout.isdigit())
-            or sharding not in ([], ["fixed"], ["whole"])):
-        raise SystemExit(f"--cases: expected MB:PULL_TIMEOUT_MS[:fixed|:whole][:refs] with 'default' for Ray's own "
-                         f"timeout (e.g. 16:default or 16:default:whole:refs), got {text!r}")
-    return (int(megabytes), None if timeout == "default" else int(timeout), sharding[0] if sharding else "link",
-            offers)
+            or sharding not in ([], ["whole"])):
+        raise SystemExit(f"--cases: expected MB:PULL_TIMEOUT_MS[:whole] with 'default' for Ray's own timeout "
+                         f"(e.g. 16:default or 16:default:whole), got {text!r}")
+    return int(megabytes), None if timeout == "default" else int(timeout), sharding[0] if sharding else "shards"
 
 
 def main() -> None:
@@ -190,9 +167,8 @@ def main() -> None:
     parser.add_argument("--rate", default="20mbit", help="the link's rate towards the node, in tc's units")
     parser.add_argument("--cases", nargs="+",
                         default=["16:default", "32:default", "16:default:whole", "32:default:whole"],
-                        help="MB:PULL_TIMEOUT_MS[:fixed|:whole][:refs] per case ('default': Ray's own pull "
-                             "timeout; 'fixed': craftrl's shards for an unknown link; 'whole': each version as one "
-                             "object; 'refs': every offer carries the version's refs)")
+                        help="MB:PULL_TIMEOUT_MS[:whole] per case ('default': Ray's own pull timeout; "
+                             "'whole': each version as one object)")
     parser.add_argument("--period", type=float, default=0.25, help="seconds between two published versions")
     parser.add_argument("--versions", type=int, default=4, help="versions timed per case, after the warm-up")
     parser.add_argument("--case-timeout", type=float, default=600.0,
@@ -208,11 +184,11 @@ def main() -> None:
         raise SystemExit(f"slow_link: cannot simulate a node behind a link here: {reason}")
     results = []
     with tempfile.TemporaryDirectory(prefix="craftrl-slow-link-") as scratch:
-        for megabytes, pull_timeout_ms, sharding, offers in cases:
+        for megabytes, pull_timeout_ms, sharding in cases:
             result = run_case(megabytes, pull_timeout_ms, args.rate, args.period, args.versions,
-                              sharding, offers, Path(scratch), args.case_timeout)
+                              sharding, Path(scratch), args.case_timeout)
             results.append(result)
-            print(f"{megabytes} MB in {result['shards']} objects ({sharding}), offers of the {offers}, "
+            print(f"{megabytes} MB in {result['shards']} objects ({sharding}), "
                   f"pull timeout {pull_timeout_ms or 'default'}: copy {result['copy_s']:.1f} s, "
                   f"versions loaded every {listed(result['gaps'])} s (warm-up {listed(result['warm_up'])})", flush=True)
     command = "python bench/slow_link.py " + " ".join(sys.argv[1:])
@@ -221,8 +197,7 @@ def main() -> None:
         median = statistics.median(result["gaps"])
         result["efficiency"] = result["copy_s"] / median
         timeout = result["pull_timeout_ms"] or f"{RAY_DEFAULT_PULL_TIMEOUT_MS} (Ray default)"
-        rows.append(f"| {result['megabytes']} | {result['shards']} ({result['sharding']}) | {result['offers']} "
-                    f"| {timeout} | "
+        rows.append(f"| {result['megabytes']} | {result['shards']} ({result['sharding']}) | {timeout} | "
                     f"{result['copy_s']:.1f} | {listed(result['warm_up'])} | {listed(result['gaps'])} | {median:.1f} | "
                     f"{result['efficiency']:.2f} | {result['overtaken']} |")
     lines = [
@@ -233,9 +208,9 @@ def main() -> None:
         "`NewestWeights` loads one version after another. Seconds between two versions loaded on the node, after "
         f"{WARM_UP_VERSIONS} warm-up versions (the first fetches over the slowed link start side by side), against "
         "a plain TCP copy of one version's bytes over the same cable; efficiency = copy / median.", "",
-        "| MB per version | objects per version (sharding) | offers carry | pull timeout ms | TCP copy s "
+        "| MB per version | objects per version (sharding) | pull timeout ms | TCP copy s "
         "| warm-up s | between versions s | median s | efficiency | fetches overtaken |",
-        "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|", *rows, ""]
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|", *rows, ""]
     first = results[0]
     finish(RESULTS / "slow_link.md", "\n".join(lines),
            [headline("P10", "slow_link_efficiency", first["efficiency"], 2,

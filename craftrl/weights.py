@@ -1,15 +1,11 @@
 """Policy weights from the learner to every rollout worker: publish a version, each worker loads the newest.
 
 * :class:`WeightPublisher` (the trainer's rank 0) puts each version into Ray's object store **once**, in shards
-  (:func:`shard_size`), and hands ``(version, refs)`` to the rollout manager, which keeps the newest, offers its
-  version number to every worker and hands a recreated worker the refs themselves, so it starts from the newest
-  weights.
+  (:func:`shard_size`), and hands ``(version, refs)`` to the rollout manager, which offers them to every worker
+  and keeps the newest for a recreated worker, so it starts from the newest weights.
 * :class:`NewestWeights` (inside each worker) takes offers without blocking and loads them on a thread of its own:
   a worker that is behind fetches only the newest version and never a superseded one, and no actor method waits
   on a fetch (a 1 GB VPT-2x state dict takes seconds to cross a network; the manager's health checks must not).
-  An offer is a version number; the loader asks the manager for the newest version's refs only when it starts a
-  fetch. Every ref handed to a process costs Ray ownership messages to and from the publisher, so refs offered
-  with every version, of which a worker behind a slow link loads one in many, take a share of that link.
   A fetch is never given up while it may still arrive: a newer version is fetched *beside* one that is overdue
   (on its way for longer than twice the last fetch took), and whichever arrives first is applied. Ray pulls an
   object from any node holding a copy, and a pull from a node cut off from the network took 10.2 s before Ray
@@ -22,9 +18,9 @@ Why shards: Ray asks a node again for an object that has not arrived after ``obj
 way. Over a slow link a large object passes that timeout, and every version after it shares the link with
 those repeated copies and passes it too (a 20 Mbit/s link carried 16-MB versions at half and 32-MB ones at a
 third of its rate; bench/slow_link.py). A shard crosses such a link in a second or two, so none is ever asked for
-again; the loader fetches a version's shards one after another, and the version arrives with its last shard.
-Each worker reports the rate its last version came at, and the publisher sizes the next versions' shards so that
-one crosses the slowest link in a quarter of the pull timeout (:func:`shard_size`).
+again; the loader fetches a version's shards one after another, and the version arrives with its last shard. A 4-MiB
+shard crosses within the timeout down to about 3.4 Mbit/s; below that, the driver prints the one setting that
+stops the resending (:func:`pull_retry_advice`).
 
 When a newer version is published, nothing holds the older objects any more and Ray frees them. With
 ``rollout_config.weights_dtype: float16`` the parameters travel in half precision (half the bytes; buffers stay
@@ -50,32 +46,22 @@ StateDict = dict[str, torch.Tensor]
 Shard = dict[str, Any]  # name -> a whole tensor (an array where numpy has its dtype) or a TensorPiece of one
 SHARD_BYTES = 4 << 20  # the smallest shard: below Ray's 5-MiB transfer chunk, ~1.7 s over a 20 Mbit/s link
 SHARDS_PER_VERSION = 16  # at most, for versions above 64 MiB: each object costs Ray a pull of its own
-MIN_SHARD_BYTES = 256 << 10  # the least a slow link shrinks shards to: ~1 s each over 2 Mbit/s
-PULL_TIMEOUT_SHARE = 0.25  # a shard should cross the slowest link in this part of Ray's pull timeout
 HALF_PRECISION_LOGP_TOLERANCE = 1e-3  # largest |log-prob change| float16 parameters may cause (tests/rollout)
 RAY_DEFAULT_PULL_TIMEOUT_MS = 10_000
 FETCH_POLL_S = 0.5  # how often the loader looks at its fetches on their way, and the least patience for one
-NEWEST_REFS_TIMEOUT_S = 60.0  # a loader's wait for the rollout manager's answer with the newest version's refs
 
 
 class WeightPublisher:
-    """Rank 0 of the trainer: one object-store copy per version, offered to the rollout manager.
-
-    The manager answers an offer with the slowest rate at which a worker's last version reached it (bytes per
-    second, None before a worker has loaded one through the object store); the next versions' shards are sized
-    for that link."""
+    """Rank 0 of the trainer: one object-store copy per version, offered to the rollout manager."""
 
     def __init__(self, manager: Any, half_precision: Iterable[str] = (), shard_bytes: int | None = None) -> None:
         """``half_precision``: names of the float32 tensors to send as float16 (the policy's parameters when
         ``rollout_config.weights_dtype`` is ``float16``); ``shard_bytes``: the most bytes one object of a version
-        holds (default :func:`shard_size` of the version and of the slowest link the manager reported)."""
+        holds (default :func:`shard_size` of the version)."""
         self._manager = manager
         self._half = frozenset(half_precision)
         self._shard_bytes = shard_bytes
         self.latest: tuple[int, list[Any]] | None = None  # (version, refs): keeps the newest objects alive
-        self.link_bytes_per_s: float | None = None  # the slowest worker's last fetch, as the manager last told
-        self._link_answer: Any = None  # the manager's answer to the last offer, read at the next publish
-        self._pull_timeout_ms: int | None = None
 
     def publish(self, version: int, state_dict: StateDict) -> float:
         """Put ``state_dict`` (moved to the CPU) into the object store and offer it; returns the seconds it took.
@@ -84,30 +70,12 @@ class WeightPublisher:
         import ray
 
         started = time.monotonic()
-        self._read_link_answer()
-        if self._pull_timeout_ms is None:
-            self._pull_timeout_ms = ray_pull_timeout_ms()
         published = publishable(state_dict, self._half)
-        shard_bytes = self._shard_bytes or shard_size(bytes_in(published), self.link_bytes_per_s,
-                                                      self._pull_timeout_ms)
-        refs = [ray.put(shard) for shard in sharded(published, shard_bytes)]
+        refs = [ray.put(shard) for shard in sharded(published, self._shard_bytes or shard_size(bytes_in(published)))]
         self.latest = (int(version), refs)
         if self._manager is not None:  # refs in a list: Ray must not resolve them in the manager
-            self._link_answer = self._manager.update_weights.remote(int(version), refs)
+            self._manager.update_weights.remote(int(version), refs)
         return time.monotonic() - started
-
-    def _read_link_answer(self) -> None:
-        """Take the manager's answer to the last offer if it has come: the slowest link's bytes per second, or
-        None before a worker has loaded one through the object store. Never waits for it."""
-        import ray
-
-        answer, self._link_answer = self._link_answer, None
-        if answer is None or not ray.wait([answer], timeout=0)[0]:
-            return
-        try:
-            self.link_bytes_per_s = ray.get(answer)
-        except Exception:  # a manager being restarted: keep the last rate
-            pass
 
 
 class NewestWeights:
@@ -117,14 +85,9 @@ class NewestWeights:
     that is not newer than every earlier one is ignored.
     """
 
-    def __init__(self, apply: Callable[[int, StateDict], None], name: str = "weights-loader",
-                 newest_refs: Callable[[], tuple[int, list[Any]] | None] | None = None) -> None:
-        """``newest_refs``: returns the newest published ``(version, refs)`` (None when there is none), for offers
-        of a version number alone; the loader calls it when it starts a fetch (the rollout manager's
-        ``weights_refs``)."""
+    def __init__(self, apply: Callable[[int, StateDict], None], name: str = "weights-loader") -> None:
         self._apply = apply
-        self._newest_refs = newest_refs
-        self._offered: tuple[int, list[Any] | None] | None = None
+        self._offered: tuple[int, list[Any]] | None = None
         self._newest_offered = -1
         self._changed = threading.Condition()
         self._closed = False
@@ -134,17 +97,13 @@ class NewestWeights:
         self.fetch_seconds = 0.0  # from the start of each applied version's fetch to its load, summed
         self.last_fetch_seconds: float | None = None  # None until the first version is applied
         self.last_slowest_shard_seconds = 0.0  # the applied version's slowest shard, from asked to here
-        self.link_bytes_per_s: float | None = None  # the applied version's bytes over the time they took
         self.error: str | None = None
         self._applied_arrays: StateDict | None = None  # see _load_newest
         self._thread = threading.Thread(target=self._load_forever, name=name, daemon=True)
         self._thread.start()
 
-    def offer(self, version: int, refs: list[Any] | None = None) -> None:
-        """``refs``: the version's shards, as ObjectRefs or as dicts already in this process; None: asked of
-        ``newest_refs`` when a fetch starts."""
-        if refs is None and self._newest_refs is None:
-            raise ValueError(f"weights version {version} offered without its refs, and no newest_refs to ask")
+    def offer(self, version: int, refs: list[Any]) -> None:
+        """``refs``: the version's shards, as ObjectRefs or as dicts already in this process."""
         with self._changed:
             if version > self._newest_offered:
                 self._newest_offered = int(version)
@@ -197,23 +156,10 @@ class NewestWeights:
             if arrived:
                 on_the_way = self._load_newest(on_the_way, arrived)
 
-    def _start_fetch(self, on_the_way: Fetches, version: int, refs: list[Any] | None) -> None:
-        """Put ``version`` on its way; with no ``refs``, the newest version's as ``newest_refs`` gives them, which
-        may be newer than the one offered (not waited for under the lock: ``offer`` must return at once)."""
-        started = time.monotonic()
-        if refs is None:
-            try:
-                newest = self._newest_refs()
-            except Exception as error:  # the manager is unreachable: the next offer asks again
-                self.error = f"asking for the refs of weights version {version}: {type(error).__name__}: {error}"
-                return
-            if newest is None:
-                return
-            version, refs = newest
-            with self._changed:
-                self._newest_offered = max(self._newest_offered, int(version))
+    def _start_fetch(self, on_the_way: Fetches, version: int, refs: list[Any]) -> None:
+        """Put ``version`` on its way, unless it is not newer than what is applied or on its way."""
         if version > self.applied_version and all(version > fetching for fetching in on_the_way):
-            on_the_way[int(version)] = Fetch(list(refs), started)
+            on_the_way[int(version)] = Fetch(list(refs), time.monotonic())
 
     def _may_fetch_another(self, on_the_way: Fetches) -> bool:
         """At most two fetches at a time: a second one only beside a fetch on its way for longer than twice the
@@ -252,8 +198,6 @@ class NewestWeights:
             self.fetch_seconds += took
             self.last_fetch_seconds = took
             self.last_slowest_shard_seconds = fetch.slowest_shard_s
-            if not fetch.local and fetch.next_asked > fetch.started:  # next_asked: when its last shard arrived
-                self.link_bytes_per_s = sum(map(bytes_in, shards)) / (fetch.next_asked - fetch.started)
             with self._changed:
                 self.applied_version = max(self.applied_version, version)
                 self._changed.notify_all()
@@ -323,24 +267,6 @@ def pull_retry_advice(record: Mapping[str, Any], pull_timeout_ms: int) -> str | 
             "--system-config '{\"object_manager_pull_timeout_ms\": 60000}' (docs/cluster.md)")
 
 
-def newest_refs_from(manager: Any) -> Callable[[], tuple[int, list[Any]] | None]:
-    """A ``newest_refs`` for :class:`NewestWeights`: asks the rollout manager (an actor handle, or anything with its
-    ``weights_refs``) for the newest ``(version, refs)``, waiting up to :data:`NEWEST_REFS_TIMEOUT_S`."""
-    def newest_refs() -> tuple[int, list[Any]] | None:
-        import ray
-
-        return ray.get(manager.weights_refs.remote(), timeout=NEWEST_REFS_TIMEOUT_S)
-
-    return newest_refs
-
-
-def slowest_link_bytes_per_s(statuses: Iterable[Mapping[str, Any]]) -> float | None:
-    """The lowest ``weights_link_bytes_per_s`` among rollout workers' statuses (the rate their last version reached
-    them at), or None before any worker has loaded one through the object store."""
-    rates = [status["weights_link_bytes_per_s"] for status in statuses if status.get("weights_link_bytes_per_s")]
-    return min(rates) if rates else None
-
-
 def ray_pull_timeout_ms() -> int:
     """``object_manager_pull_timeout_ms`` of the cluster this process is connected to (the head's setting, which
     every process of the cluster has), or Ray's default where Ray cannot tell."""
@@ -375,19 +301,11 @@ class TensorPiece:
     values: Any  # a 1-D array (or a bfloat16 tensor)
 
 
-def shard_size(version_bytes: int, link_bytes_per_s: float | None = None,
-               pull_timeout_ms: int = RAY_DEFAULT_PULL_TIMEOUT_MS) -> int:
+def shard_size(version_bytes: int) -> int:
     """The most bytes per shard for a version of ``version_bytes``: :data:`SHARD_BYTES`, or a
-    :data:`SHARDS_PER_VERSION`-th of the version where that is more: a 0.99 GB VPT-2x version goes in 16 shards of
-    ~62 MB, where 250 shards of 4 MiB took its broadcast to simulated nodes from ~6 to ~10 s
-    (bench/notes/cluster.md). Less where the slowest worker's link (``link_bytes_per_s``) would carry such a
-    shard in more than :data:`PULL_TIMEOUT_SHARE` of Ray's pull timeout (so that one shard, even one tensor of twice
-    the size, arrives before Ray sends it again), down to :data:`MIN_SHARD_BYTES`."""
-    largest = max(SHARD_BYTES, -(-version_bytes // SHARDS_PER_VERSION))
-    if not link_bytes_per_s:
-        return largest
-    crosses_in_time = int(link_bytes_per_s * pull_timeout_ms / 1000 * PULL_TIMEOUT_SHARE)
-    return max(MIN_SHARD_BYTES, min(largest, crosses_in_time))
+    :data:`SHARDS_PER_VERSION`-th of the version where that is more: fewer, larger objects cost Ray fewer pulls
+    (a VPT-2x version in 16 shards, not 250; bench/notes/cluster.md)."""
+    return max(SHARD_BYTES, -(-version_bytes // SHARDS_PER_VERSION))
 
 
 def sharded(published: dict[str, Any], shard_bytes: int) -> list[Shard]:

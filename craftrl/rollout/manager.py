@@ -35,7 +35,6 @@ from craftrl.rollout.sinks import ReplayBufferSink
 from craftrl.rollout.worker import RolloutWorker, undelivered
 from craftrl.system import (EPISODE_STATISTICS, REPLAY_BUFFER, actor_placed, current_node_id, find,
                             restarted_by_ray)
-from craftrl.weights import slowest_link_bytes_per_s
 
 logger = logging.getLogger(__name__)
 MAX_MISSED_STATUS = 3
@@ -98,22 +97,14 @@ class RolloutManager:
         self._monitor.start()
         return len(self.workers)
 
-    def update_weights(self, version: int, refs: list[Any]) -> float | None:
-        """Keep ``(version, refs)`` as the newest weights and offer ``version`` to every worker without waiting
-        for them to load it (each asks :meth:`weights_refs` when it fetches); returns the slowest rate at which a
-        worker's last version reached it, for the publisher to size the next versions' shards by (None before any
-        worker has loaded one through the object store)."""
+    def update_weights(self, version: int, refs: list[Any]) -> None:
+        """Keep ``(version, refs)`` as the newest weights and offer them to every worker without waiting for them
+        to load it (refs in a list, which Ray hands over unresolved)."""
         with self._lock:
             self.latest_weights = (int(version), list(refs))
             workers = list(self.workers)
         for worker in workers:
-            worker.update_weights.remote(int(version))
-        return slowest_link_bytes_per_s(self.last_status)
-
-    def weights_refs(self) -> tuple[int, list[Any]] | None:
-        """The newest ``(version, refs)`` published (refs in a list, which Ray hands over unresolved)."""
-        with self._lock:
-            return self.latest_weights
+            worker.update_weights.remote(int(version), list(refs))
 
     def request_video(self, iteration: int, version: int) -> None:
         """Ask one running worker, in turn by iteration, to record its next episode (a slot waiting for a node or
@@ -145,7 +136,6 @@ class RolloutManager:
             "rollout/weights_behind_max": float(max((latest - s.get("version", -1) for s in statuses), default=0)),
             "rollout/weights_fetch_s_max": float(max((s.get("weights_last_fetch_s", 0) for s in statuses), default=0)),
             "rollout/weights_shard_s_max": float(max((s.get("weights_last_shard_s", 0) for s in statuses), default=0)),
-            "rollout/weights_link_mb_per_s_min": (slowest_link_bytes_per_s(statuses) or 0.0) / 1e6,
             "rollout/emit_wait_s": float(totals["emit_wait_s"]),
             "rollout/weights_wait_s": float(totals["weights_wait_s"]),
             "rollout/inference_s": float(totals["inference_s"]),
@@ -266,8 +256,7 @@ class RolloutManager:
         # fragments by the names' prefixes of their env ids, and the replay buffer outlives a restarted manager
         self.worker_names[index] = f"w{index}-{uuid.uuid4().hex[:6]}"
         return actor.remote(self.worker_names[index], self.env_generator, self.policy_generator, self.config,
-                            self.sink, self.statistics, seed, self.latest_weights, home_node=current_node_id(),
-                            manager=ray.get_runtime_context().current_actor)
+                            self.sink, self.statistics, seed, self.latest_weights, home_node=current_node_id())
 
     def _watch(self) -> None:
         import ray

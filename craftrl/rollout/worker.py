@@ -10,7 +10,7 @@ Threads inside a worker actor (``max_concurrency`` lets Ray run its methods besi
   behind the learner, behind a slow link, would spend the link and the buffer's time on it;
 * the weights loader (:class:`craftrl.weights.NewestWeights`) fetches the newest offered weights and queues them
   for the loop, which swaps them between forward passes;
-* Ray's method threads handle ``update_weights`` (an offer of a version number, never a fetch), ``request_video``
+* Ray's method threads handle ``update_weights`` (an offer of a version, never a fetch), ``request_video``
   and ``status``.
 """
 
@@ -34,7 +34,7 @@ from craftrl.rollout.fragment import Fragment
 from craftrl.rollout.loop import EpisodeRecord, RolloutLoop
 from craftrl.rollout.video import video_filename, write_mp4_in_background
 from craftrl.system import METRICS, current_node_id, find
-from craftrl.weights import NewestWeights, newest_refs_from
+from craftrl.weights import NewestWeights
 
 logger = logging.getLogger(__name__)
 
@@ -55,9 +55,8 @@ class RolloutWorker:
 
     def __init__(self, worker_name: str, env_generator: Callable[[], Any], policy_generator: Callable[[], Any],
                  config: dict[str, Any], fragment_sink: Any, statistics: Any = None, seed: int | None = None,
-                 weights: tuple[int, Any] | None = None, home_node: str | None = None, manager: Any = None):
-        """``weights``: ``(version, refs)`` to act with from the first step; ``manager``: the rollout manager, whose
-        ``weights_refs`` the weights loader asks for a version's refs when it fetches one offered by number."""
+                 weights: tuple[int, Any] | None = None, home_node: str | None = None):
+        """``weights``: ``(version, refs)`` to act with from the first step."""
         online: OnlineConfig = build_config(config)
         rollout, worker_cfg = online.rollout_config, online.rollout_config.worker_config
         self.name = worker_name
@@ -89,8 +88,7 @@ class RolloutWorker:
             step_timeout=worker_cfg.step_timeout, reset_timeout=worker_cfg.reset_timeout,
             restart_interval=worker_cfg.restart_interval, worker_name=worker_name, seed=seed,
             fragments_per_version=online.fragments_per_env_per_version() if rollout.synchronous_sampling else 0)
-        self.weights = NewestWeights(self._load_weights,
-                                     newest_refs=newest_refs_from(manager) if manager is not None else None)
+        self.weights = NewestWeights(self._load_weights)
         if weights is not None:  # a recreated worker acts with the newest weights from its first step
             self.update_weights(*weights)
             self.weights.wait_for(weights[0], timeout=300.0)
@@ -101,9 +99,9 @@ class RolloutWorker:
 
     # ------------------------------------------------------------------ actor methods
 
-    def update_weights(self, version: int, refs: list[Any] | None = None) -> int:
-        """Offer ``version``, with its ``refs`` (``[ObjectRef]``, in a list so Ray does not resolve them) or without,
-        for the loader to ask the manager for when it fetches; returns at once."""
+    def update_weights(self, version: int, refs: list[Any]) -> int:
+        """Offer ``version`` with its ``refs`` (``[ObjectRef]``, in a list so Ray does not resolve them); returns
+        at once."""
         self.weights.offer(version, refs)
         return version
 
@@ -124,7 +122,6 @@ class RolloutWorker:
                 "weights_fetches": self.weights.fetches, "weights_fetch_s": self.weights.fetch_seconds,
                 "weights_last_fetch_s": self.weights.last_fetch_seconds or 0.0,
                 "weights_last_shard_s": self.weights.last_slowest_shard_seconds,
-                "weights_link_bytes_per_s": self.weights.link_bytes_per_s,
                 "weights_error": self.weights.error,
                 "alive": all(t.is_alive() for t in self._threads)}
 

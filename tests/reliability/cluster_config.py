@@ -4,9 +4,10 @@
 back (those lines, the run's metrics records)."""
 from __future__ import annotations
 
-import json
 import textwrap
 from pathlib import Path
+
+from craftrl.metrics import read_jsonl
 
 TEMPLATE = '''
 import functools, json, os
@@ -70,14 +71,16 @@ def write_cluster_config(path: Path, placement_log: Path, iterations: int = 4,
 
 
 def placements(placement_log: Path) -> list[dict]:
-    """The placement log's records so far, one per process that built a policy ([] before the first)."""
-    return [json.loads(line) for line in placement_log.read_text().splitlines()] if placement_log.exists() else []
+    """The placement log's records so far, one per process that built a policy ([] before the first; a line being
+    written is left for the next read)."""
+    return read_jsonl(placement_log) if placement_log.exists() else []
 
 
 def metric_records(run_root: Path) -> list[dict]:
-    """The records of the metrics.jsonl of the run under ``run_root`` so far ([] before the first)."""
+    """The records of the metrics.jsonl of the run under ``run_root`` so far ([] before the first); a line the
+    metrics actor is still writing is left for the next read."""
     paths = list(run_root.glob("*/metrics.jsonl"))
-    return [json.loads(line) for line in paths[0].read_text().splitlines()] if paths else []
+    return read_jsonl(paths[0]) if paths else []
 
 
 def last_metrics(run_root: Path, having: str | None = None) -> dict:

@@ -145,12 +145,11 @@ def test_manager_broadcasts_weights_recreates_dead_workers_and_records_video(ray
     weights = CountingPolicy().state_dict()
     weights["action_scores"][:] = 0.0
     assert ray.get(manager.status.remote())["rollout/weights_fetch_s_max"] == 0.0, "no version fetched yet"
-    assert ray.get(manager.update_weights.remote(3, [ray.put(weights)])) is None, "no link measured yet"
+    ray.get(manager.update_weights.remote(3, [ray.put(weights)]))
     wait_until(lambda: any(r[3] == 3 for r in ray.get(sink.summary.remote())))
     wait_until(lambda: ray.get(manager.status.remote())["rollout/weights_fetch_s_max"] > 0.0)  # a status may lag
     status = ray.get(manager.status.remote())
     assert 0.0 < status["rollout/weights_shard_s_max"] <= status["rollout/weights_fetch_s_max"], "a shard: part of it"
-    assert status["rollout/weights_link_mb_per_s_min"] > 0.0, "the version's bytes over its fetch time"
 
     # a killed worker is noticed, recreated with the latest weights, and production continues
     victim = ray.get(manager.worker_handles.remote())[0]

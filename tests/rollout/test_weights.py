@@ -7,8 +7,8 @@ import time
 import pytest
 import torch
 
-from craftrl.weights import (MIN_SHARD_BYTES, SHARD_BYTES, NewestWeights, TensorPiece, WeightPublisher, bytes_in,
-                             publishable, pull_retry_advice, received, shard_size, sharded, slowest_link_bytes_per_s)
+from craftrl.weights import (SHARD_BYTES, NewestWeights, TensorPiece, WeightPublisher, bytes_in, publishable,
+                             pull_retry_advice, received, shard_size, sharded)
 
 SMALL_SHARD_BYTES = 4096  # splits the test policies' larger tensors into pieces
 
@@ -37,7 +37,6 @@ def test_a_busy_loader_skips_every_superseded_version_and_never_goes_back():
     finally:
         weights.close()
     assert applied == [1, 5, 6] and weights.fetches == 3 and weights.error is None
-    assert weights.link_bytes_per_s is None, "versions handed over in this process cross no link"
 
 
 def test_offer_returns_while_a_load_is_in_progress_and_a_failed_load_keeps_the_last_weights():
@@ -63,60 +62,6 @@ def test_offer_returns_while_a_load_is_in_progress_and_a_failed_load_keeps_the_l
         weights.close()
     assert applied == [1] and weights.applied_version == 1
     assert weights.error == "loading weights version 2: ValueError: shape mismatch"
-
-
-def test_a_version_offered_by_number_has_its_refs_asked_for_only_when_its_fetch_starts():
-    """Offers carry a version number; the loader asks for the newest version's refs once per fetch, so a loader
-    that is behind asks for none of the versions it skips, and a newer version than the one offered is taken."""
-    newest = {"version": 1, "fails": False}
-    asked: list[int] = []
-
-    def newest_refs():
-        if newest["fails"]:
-            raise TimeoutError("no answer")
-        asked.append(newest["version"])
-        return newest["version"], [{"w": torch.tensor(float(newest["version"]))}]
-
-    applied: list[int] = []
-    loading, release = threading.Event(), threading.Event()
-
-    def apply(version, state_dict):
-        assert float(state_dict["w"]) == version
-        loading.set()
-        release.wait(5)
-        applied.append(version)
-
-    weights = NewestWeights(apply, newest_refs=newest_refs)
-    try:
-        weights.offer(1)
-        assert loading.wait(5)
-        for version in range(2, 12):  # published while the loader is busy with version 1
-            newest["version"] = version
-            weights.offer(version)
-        release.set()
-        assert weights.wait_for(11, timeout=5)
-        newest["version"] = 13  # version 13 is out before the offer of 12 is taken
-        weights.offer(12)
-        assert weights.wait_for(13, timeout=5)
-        weights.offer(13)  # already applied: not asked for again
-        newest["fails"] = True
-        weights.offer(14)
-        deadline = time.monotonic() + 5
-        while weights.error is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        newest.update(version=15, fails=False)
-        weights.offer(15)
-        assert weights.wait_for(15, timeout=5)
-    finally:
-        weights.close()
-    assert applied == [1, 11, 13, 15] and asked == [1, 11, 13, 15]
-    assert weights.error == "asking for the refs of weights version 14: TimeoutError: no answer"
-    without_a_source = NewestWeights(apply)
-    try:
-        with pytest.raises(ValueError, match="version 16 offered without its refs"):
-            without_a_source.offer(16)
-    finally:
-        without_a_source.close()
 
 
 class Gate:
@@ -251,66 +196,6 @@ def test_shards_hold_at_most_their_bytes_and_join_into_the_exact_tensors():
     assert shard_size(16 << 20) == SHARD_BYTES and shard_size(1 << 30) == 64 << 20  # 16 shards of a VPT-2x version
     travels_whole = sharded(publishable(state_dict), 3000)  # "large" is less than twice that
     assert any(set(shard) == {"large"} and not isinstance(shard["large"], TensorPiece) for shard in travels_whole)
-
-
-def test_shards_shrink_to_cross_the_slowest_link_in_a_quarter_of_the_pull_timeout():
-    vpt_2x, small = 1 << 30, 16 << 20
-    assert shard_size(vpt_2x, link_bytes_per_s=None) == 64 << 20
-    assert shard_size(vpt_2x, link_bytes_per_s=2.5e6) == 6_250_000  # 20 Mbit/s: 2.5 s of the 10-s timeout
-    assert shard_size(vpt_2x, link_bytes_per_s=2.5e6, pull_timeout_ms=60_000) == 37_500_000
-    assert shard_size(vpt_2x, link_bytes_per_s=1e9) == 64 << 20, "a fast link keeps the largest shards"
-    assert shard_size(small, link_bytes_per_s=2.5e6) == SHARD_BYTES, "4 MiB already cross it in 1.7 s"
-    assert shard_size(small, link_bytes_per_s=1e3) == MIN_SHARD_BYTES
-    statuses = [{}, {"weights_link_bytes_per_s": None}, {"weights_link_bytes_per_s": 5e6},
-                {"weights_link_bytes_per_s": 2e6}]
-    assert slowest_link_bytes_per_s(statuses) == 2e6 and slowest_link_bytes_per_s(statuses[:2]) is None
-
-
-class LinkReporter:
-    """Answers every offer of weights with one link rate, as the rollout manager answers with its workers' slowest."""
-
-    def __init__(self, bytes_per_s: float) -> None:
-        self.bytes_per_s = bytes_per_s
-
-    def update_weights(self, version: int, refs: list) -> float:
-        return self.bytes_per_s
-
-
-def test_the_publisher_sizes_the_next_versions_shards_by_the_link_the_manager_reports(ray_session):
-    ray = ray_session
-    reporter = ray.remote(LinkReporter).remote(100_000.0)  # 0.8 Mbit/s: 250 kB in 2.5 s, below the smallest shard
-    publisher = WeightPublisher(reporter)
-    version = {"weight": torch.randn(1 << 20)}  # 4 MiB: one shard while no link is known
-    publisher.publish(0, version)
-    assert len(publisher.latest[1]) == 1 and publisher.link_bytes_per_s is None
-    deadline = time.monotonic() + 30
-    while publisher.link_bytes_per_s is None and time.monotonic() < deadline:
-        time.sleep(0.1)
-        publisher.publish(1, version)  # the answer to the last offer is read, never waited for
-    assert publisher.link_bytes_per_s == 100_000.0
-    publisher.publish(2, version)
-    assert len(publisher.latest[1]) == (4 << 20) // MIN_SHARD_BYTES
-    assert torch.equal(received(ray.get(publisher.latest[1]))["weight"], version["weight"])
-    ray.kill(reporter)
-
-
-def test_a_loader_measures_its_link_from_the_first_shard_asked_to_the_last_arrived(ray_session):
-    ray = ray_session
-    gate = ray.remote(max_concurrency=2)(Gate).remote()
-    publisher = WeightPublisher(None, shard_bytes=SMALL_SHARD_BYTES)
-    publisher.publish(0, {"first": torch.randn(1000), "second": torch.randn(3000)})
-    *first_shards, last_shard = publisher.latest[1]
-    version_bytes = sum(bytes_in(shard) for shard in ray.get(publisher.latest[1]))
-    weights = NewestWeights(lambda version, arrived: None)
-    try:
-        weights.offer(0, [*first_shards, gate.value_when_open.remote(ray.get(last_shard))])
-        time.sleep(1.0)
-        ray.get(gate.release.remote())
-        assert weights.wait_for(0, timeout=30)
-    finally:
-        weights.close()
-        ray.kill(gate)
-    assert 0 < weights.link_bytes_per_s <= version_bytes / 1.0, "the held shard's second counts"
 
 
 def test_a_version_is_applied_only_when_its_every_shard_has_arrived(ray_session):
