@@ -30,14 +30,17 @@ TARGET = 475.0
 RETURN = "episodes/return_mean"
 
 
+def moving_means(run_dir: Path) -> list[tuple[dict, float]]:
+    """(record, mean return of the last 20 episodes) for every record of the run that has one over 20 episodes."""
+    return [(record, record[RETURN]) for record in read_jsonl(run_dir / "metrics.jsonl")
+            if isinstance(record.get(RETURN), (int, float)) and record.get("episodes/total", 0) >= 20]
+
+
 def steps_to_target(run_dir: Path, target: float = TARGET) -> tuple[float, float, float]:
     """(env steps when the moving mean first reached ``target``, seconds since launch then, best mean)."""
     launched = float((run_dir / "launched_at").read_text())
     best = -math.inf
-    for record in read_jsonl(run_dir / "metrics.jsonl"):
-        value = record.get(RETURN)
-        if not isinstance(value, (int, float)) or record.get("episodes/total", 0) < 20:
-            continue
+    for record, value in moving_means(run_dir):
         best = max(best, value)
         if value >= target:
             return float(record.get("rollout/env_steps", math.inf)), float(record["time"]) - launched, best
@@ -45,11 +48,8 @@ def steps_to_target(run_dir: Path, target: float = TARGET) -> tuple[float, float
 
 
 def reached_target(run_dir: Path, target: float = TARGET) -> bool:
-    """Whether the run's moving mean return has reached ``target`` over at least 20 episodes (as counted above)."""
-    if not (run_dir / "metrics.jsonl").exists():
-        return False
-    return any(isinstance(r.get(RETURN), (int, float)) and r.get("episodes/total", 0) >= 20 and r[RETURN] >= target
-               for r in read_jsonl(run_dir / "metrics.jsonl"))
+    """Whether the run's moving mean return has reached ``target`` (a stop condition while the run goes on)."""
+    return (run_dir / "metrics.jsonl").exists() and any(value >= target for _, value in moving_means(run_dir))
 
 
 def main() -> None:

@@ -34,7 +34,7 @@ from pathlib import Path
 from machine import describe_machine, machine_busy_seconds
 from headlines import finish, headline  # noqa: E402
 
-RESULTS = Path(__file__).resolve().parent / "results" / "latency_bound.md"
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
 WORKERS, ENVS_PER_WORKER = 4, 16
 STEP_S, RESET_S, EPISODE_STEPS = 0.020, 1.2, 100
 RESET_SHARE = RESET_S / (RESET_S + EPISODE_STEPS * STEP_S)
@@ -255,7 +255,7 @@ def main() -> None:
         "",
     ]
     first_two = [results[name]["efficiency"] for name in list(ROWS)[:2] if name in results]
-    finish(RESULTS.parent / f"{args.results_name}.md", "\n".join(lines),
+    finish(RESULTS_DIR / f"{args.results_name}.md", "\n".join(lines),
            [headline("P7", "latency_efficiency", min(first_two, default=float("nan")), 3,
                      f"share of the envs' own speed, {args.workers * ENVS_PER_WORKER} envs on {args.workers} workers, "
                      f"the lower of the first two rows; {describe_machine()}")])

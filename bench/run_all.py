@@ -102,7 +102,7 @@ def benchmarks_md() -> str:
     """BENCHMARKS.md: the headline figures of every results file, then the files as written."""
     results = sorted(RESULTS.glob("*.md"))
     entries = [(h, path.stem) for path in results for h in read_headlines(path.read_text())]
-    entries.sort(key=lambda entry: int(entry[0].label[1:].rstrip("abcdefghijklmnopqrstuvwxyz")))
+    entries.sort(key=lambda entry: int(re.match(r"P(\d+)", entry[0].label)[1]))  # P3b sorts with P3
     lines = [
         "# Benchmarks",
         "",
