@@ -17,7 +17,8 @@ import torch
 from craftrl.cli.preflight import build_policy, describe_exception, weight_mismatch
 from craftrl.config.loading import LoadedConfig, load_config
 from craftrl.config.validate import ConfigError
-from craftrl.envs.contract import ContractError, check_env_methods, check_reset_result, check_step_result
+from craftrl.envs.contract import (ContractError, check_env_methods, check_reset_result, check_step_result,
+                                   declared_task_metrics)
 from craftrl.rollout.loop import action_rows, obs_batch
 from craftrl.train.checkpoint import STATE_FILE, list_checkpoints, load_checkpoint
 
@@ -80,11 +81,18 @@ def load_eval_policy(loaded: LoadedConfig, model_state: dict[str, torch.Tensor])
 
 
 def play(loaded: LoadedConfig, model_state: dict[str, torch.Tensor], episodes: int, deterministic: bool,
-         record: bool, seed: int = 0) -> tuple[list[EpisodeResult], list[np.ndarray]]:
+         record: bool, seed: int = 0) -> tuple[list[EpisodeResult], list[np.ndarray], tuple[str, ...]]:
+    """Play ``episodes`` episodes; returns their results, the frames when ``record``, and the env's declared task
+    metrics (the columns of :func:`format_table`)."""
     from craftrl.rollout.loop import episode_metrics
 
     policy = load_eval_policy(loaded, model_state)
     env = _build_env(loaded)
+    try:
+        task_metrics = declared_task_metrics(env)
+    except ContractError as error:
+        env.close()
+        raise ConfigError([str(error)]) from None
     results, frames = [], []
     try:
         for episode in range(episodes):
@@ -108,7 +116,7 @@ def play(loaded: LoadedConfig, model_state: dict[str, torch.Tensor], episodes: i
                     break
     finally:
         env.close()
-    return results, frames
+    return results, frames, task_metrics
 
 
 def _build_env(loaded: LoadedConfig) -> Any:
@@ -132,7 +140,8 @@ def _checked(check: Any, where: str, result: Any) -> Any:
     return result
 
 
-def format_table(results: list[EpisodeResult], metric_keys: tuple[str, ...] = ("cows_killed",)) -> str:
+def format_table(results: list[EpisodeResult], metric_keys: tuple[str, ...] = ()) -> str:
+    """One row per episode: return, length, each of ``metric_keys`` the episodes report, how it ended."""
     keys = [k for k in metric_keys if any(k in r.metrics for r in results)]
     header = ["episode", "return", "length", *keys, "ending"]
     rows = [[str(i + 1), f"{r.episode_return:.2f}", str(r.length), *[f"{r.metrics.get(k, float('nan')):g}" for k in keys],
@@ -153,8 +162,8 @@ def eval_command(checkpoint: str, episodes: int, video: str | None, deterministi
     training = payload["training"]
     print(f"craftrl eval: {path} (iteration {training.iteration}, version {training.version}), "
           f"{episodes} episode(s), {'deterministic' if deterministic else 'sampled'} actions")
-    results, frames = play(loaded, payload["model"], episodes, deterministic, record=video is not None)
-    print(format_table(results))
+    results, frames, task_metrics = play(loaded, payload["model"], episodes, deterministic, record=video is not None)
+    print(format_table(results, task_metrics))
     if video is not None:
         from craftrl.rollout.video import write_mp4
 

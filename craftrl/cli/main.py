@@ -50,6 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     plot = commands.add_parser("plot", help="learning curves of one or more runs")
     plot.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
     plot.add_argument("--out", default=None, help="output PNG (default: RUN_DIR/curve.png)")
+    plot.add_argument("--metric", action="append", default=[], metavar="NAME",
+                      help="a task metric to plot under the return, e.g. cows_killed (repeatable)")
 
     config = commands.add_parser("config", help="inspect a config")
     config_commands = config.add_subparsers(dest="config_command", required=True)
@@ -94,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "plot":
             from craftrl.cli.plot import plot_command
 
-            return plot_command(args.run_dirs, args.out)
+            return plot_command(args.run_dirs, args.out, args.metric)
         if args.command == "train":
             from craftrl.cli.train import train_command
 

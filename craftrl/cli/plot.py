@@ -1,50 +1,62 @@
-"""``craftrl plot RUN_DIR... [--out curve.png]``: learning curves from ``metrics.jsonl``, runs overlaid.
+"""``craftrl plot RUN_DIR... [--metric NAME] [--out curve.png]``: learning curves from ``metrics.jsonl``, overlaid.
 
-Left: mean episode return against collected env steps; right: against wall time. A second row shows cows
-per episode when the runs report ``episodes/cows_killed_mean``.
+Left: mean episode return against collected env steps; right: against wall time. Each task metric named below
+it (``craftrl train`` names the env's declared ``task_metrics``) gets a row of its episode mean.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Sequence
 
 from craftrl.config.validate import ConfigError
 from craftrl.metrics import read_jsonl
 
 RETURN = "episodes/return_mean"
-COWS = "episodes/cows_killed_mean"
 
 
-def read_curve(run_dir: Path) -> dict[str, list[float]]:
+def episode_mean_key(task_metric: str) -> str:
+    """The metrics.jsonl key of a task metric's moving episode mean (``episodes/cows_killed_mean``)."""
+    return f"episodes/{task_metric}_mean"
+
+
+def read_curve(run_dir: Path, keys: Sequence[str] = (RETURN,)) -> dict[str, list[float]]:
+    """``steps``, ``minutes`` and each of ``keys`` (NaN where a record lacks it), one entry per record with a return."""
     path = run_dir / "metrics.jsonl"
     if not path.is_file():
         raise ConfigError([f"plot: {run_dir}: no metrics.jsonl (is it a craftrl run directory?)"])
-    curve: dict[str, list[float]] = {"steps": [], "minutes": [], RETURN: [], COWS: []}
+    curve: dict[str, list[float]] = {"steps": [], "minutes": [], **{key: [] for key in keys}}
     for record in read_jsonl(path):
-        if RETURN not in record or not isinstance(record[RETURN], (int, float)):
+        if not isinstance(record.get(RETURN), (int, float)):
             continue
         curve["steps"].append(float(record.get("rollout/env_steps", record.get("step", 0))))
         curve["minutes"].append(float(record.get("train/elapsed_s", 0.0)) / 60.0)
-        curve[RETURN].append(float(record[RETURN]))
-        curve[COWS].append(float(record.get(COWS, float("nan"))))
+        for key in keys:
+            curve[key].append(float(record.get(key, float("nan"))))
     return curve
 
 
-def plot_runs(run_dirs: list[Path], out: Path) -> Path:
+def plotted_rows(curves: dict[str, dict[str, list[float]]], task_metrics: Sequence[str]) -> list[str]:
+    """The return, then each task metric that at least one run reports."""
+    keys = [episode_mean_key(name) for name in task_metrics]
+    return [RETURN] + [key for key in keys if any(v == v for curve in curves.values() for v in curve.get(key, ()))]
+
+
+def plot_runs(run_dirs: list[Path], out: Path, task_metrics: Sequence[str] = ()) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    curves = {run_dir.name: read_curve(run_dir) for run_dir in run_dirs}
-    with_cows = any(any(v == v for v in curve[COWS]) for curve in curves.values())
-    rows = [RETURN, COWS] if with_cows else [RETURN]
+    keys = [RETURN] + [episode_mean_key(name) for name in task_metrics]
+    curves = {run_dir.name: read_curve(run_dir, keys) for run_dir in run_dirs}
+    rows = plotted_rows(curves, task_metrics)
     figure, axes = plt.subplots(len(rows), 2, figsize=(11, 3.6 * len(rows)), squeeze=False)
     for row, key in enumerate(rows):
         for name, curve in curves.items():
             axes[row][0].plot(curve["steps"], curve[key], label=name)
             axes[row][1].plot(curve["minutes"], curve[key], label=name)
-        label = "mean return" if key == RETURN else "cows per episode"
+        label = "mean return" if key == RETURN else f"{key.removeprefix('episodes/').removesuffix('_mean')} per episode"
         axes[row][0].set(xlabel="env steps", ylabel=label)
         axes[row][1].set(xlabel="wall time (min)", ylabel=label)
         for axis in axes[row]:
@@ -57,8 +69,8 @@ def plot_runs(run_dirs: list[Path], out: Path) -> Path:
     return out
 
 
-def plot_command(run_dirs: list[str], out: str | None) -> int:
+def plot_command(run_dirs: list[str], out: str | None, task_metrics: Sequence[str] = ()) -> int:
     paths = [Path(p) for p in run_dirs]
     target = Path(out) if out else paths[0] / "curve.png"
-    print(f"craftrl plot: {plot_runs(paths, target)}")
+    print(f"craftrl plot: {plot_runs(paths, target, task_metrics)}")
     return 0

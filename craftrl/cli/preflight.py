@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from craftrl.config.validate import ConfigError
-from craftrl.envs.contract import ContractError, check_env_methods, check_reset_result, check_step_result
+from craftrl.envs.contract import (ContractError, check_env_methods, check_reset_result, check_step_result,
+                                   declared_task_metrics)
 from craftrl.envs.env_process import SupervisedProcess, become_supervised
 from craftrl.rollout.fragment import fragment_nbytes
 
@@ -301,14 +302,6 @@ class FirstObservation:
     obs: dict[str, Any]
     num_actions: int | None  # the env's action_space.n when it declares a discrete action space
     task_metrics: tuple[str, ...] = ()
-
-
-def declared_task_metrics(env: Any) -> tuple[str, ...]:
-    """The env's ``task_metrics`` (docs/envs.md); one that is not a tuple or list of names is a contract error."""
-    declared = getattr(env, "task_metrics", ())
-    if not isinstance(declared, (tuple, list)) or not all(isinstance(name, str) for name in declared):
-        raise ContractError(f"{ENV}: task_metrics: expected a tuple of info keys (str), got {declared!r}")
-    return tuple(declared)
 
 
 def _discrete_actions(env: Any) -> int | None:

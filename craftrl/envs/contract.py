@@ -95,3 +95,11 @@ def check_reset_result(result: Any, where: str = "reset") -> None:
     check_obs(obs, where)
     if not isinstance(info, dict):
         raise ContractError(f"{where} returned info as {describe_value(info)} (expected a dict)")
+
+
+def declared_task_metrics(env: Any) -> tuple[str, ...]:
+    """The env's ``task_metrics`` (docs/envs.md); one that is not a tuple or list of names is a contract error."""
+    declared = getattr(env, "task_metrics", ())
+    if not isinstance(declared, (tuple, list)) or not all(isinstance(name, str) for name in declared):
+        raise ContractError(f"env_generator: task_metrics: expected a tuple of info keys (str), got {declared!r}")
+    return tuple(declared)
