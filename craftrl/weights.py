@@ -5,27 +5,27 @@
   and keeps the newest for a recreated worker, so it starts from the newest weights.
 * :class:`NewestWeights` (inside each worker) takes offers without blocking and loads them on a thread of its own:
   a worker that is behind fetches only the newest version and never a superseded one, and no actor method waits
-  on a fetch (a 1 GB VPT-2x state dict takes seconds to cross a network; the manager's health checks must not).
+  on a fetch (a VPT-2x state dict is 1 GB and takes seconds to cross a network; the manager's health checks must
+  not).
   A fetch is never given up while it may still arrive: a newer version is fetched *beside* one that is overdue
   (on its way for longer than twice the last fetch took), and whichever arrives first is applied. Ray pulls an
-  object from any node holding a copy, and a pull from a node cut off from the network took 10.2 s before Ray
-  tried another copy: the newer version, pulled from elsewhere, overtakes it. Over a slow link, where every
+  object from any node holding a copy, and a pull from a node cut off from the network waits out a timeout
+  before Ray tries another copy: the newer version, pulled from elsewhere, overtakes it. Over a slow link, where every
   version takes longer to arrive than the learner takes to publish the next, the older fetch arrives first and
   is applied; a worker that gave up each fetch for the next version loaded none there (bench/notes/cluster.md).
 
 Why shards: Ray asks a node again for an object that has not arrived after ``object_manager_pull_timeout_ms``
 (10 s by default), and the node then sends the whole object again from its first chunk, beside the copy still on its
 way. Over a slow link a large object passes that timeout, and every version after it shares the link with
-those repeated copies and passes it too (a 20 Mbit/s link carried 16-MB versions at half and 32-MB ones at a
-third of its rate; bench/slow_link.py). A shard crosses such a link in a second or two, so none is ever asked for
-again; the loader fetches a version's shards one after another, and the version arrives with its last shard. A 4-MiB
-shard crosses within the timeout down to about 3.4 Mbit/s; below that, the driver prints the one setting that
-stops the resending (:func:`pull_retry_advice`).
+those repeated copies and passes it too, so the link carries a fraction of its rate (bench/slow_link.py). A shard
+crosses such a link within the timeout, so none is ever asked for again; the loader fetches a version's shards one
+after another, and the version arrives with its last shard. On a link too slow for even one shard within the
+timeout, the driver prints the one setting that stops the resending (:func:`pull_retry_advice`).
 
 When a newer version is published, nothing holds the older objects any more and Ray frees them. With
 ``rollout_config.weights_dtype: float16`` the parameters travel in half precision (half the bytes; buffers stay
-float32), which moves the rollout's log-probs by far less than :data:`HALF_PRECISION_LOGP_TOLERANCE` (measured
-at most 3e-4 on the default config's policy with a peaked action head, 5e-5 on VPT-2x). Tensors travel as
+float32), which moves the rollout's log-probs by less than :data:`HALF_PRECISION_LOGP_TOLERANCE` (tested on the
+default config's policy with a peaked action head, and on VPT-2x). Tensors travel as
 numpy arrays where numpy has their dtype: Ray then hands every process on a node a view of the node's one copy in
 the object store instead of unpickling a copy per process (a VPT-2x version is 1 GB), and ``load_state_dict``
 copies them into the policy.
@@ -44,7 +44,7 @@ import torch
 
 StateDict = dict[str, torch.Tensor]
 Shard = dict[str, Any]  # name -> a whole tensor (an array where numpy has its dtype) or a TensorPiece of one
-SHARD_BYTES = 4 << 20  # the smallest shard: below Ray's 5-MiB transfer chunk, ~1.7 s over a 20 Mbit/s link
+SHARD_BYTES = 4 << 20  # the smallest shard: below Ray's 5-MiB transfer chunk, within its pull timeout on slow links
 SHARDS_PER_VERSION = 16  # at most, for versions above 64 MiB: each object costs Ray a pull of its own
 HALF_PRECISION_LOGP_TOLERANCE = 1e-3  # largest |log-prob change| float16 parameters may cause (tests/rollout)
 RAY_DEFAULT_PULL_TIMEOUT_MS = 10_000
@@ -176,10 +176,10 @@ class NewestWeights:
         """Apply the newest of the ``arrived`` versions; returns the fetches on their way for newer ones.
 
         No reference to the applied version outlives the call: it would keep the learner's copy in the object store
-        while the next versions are published (``ray.put`` of a 1 GB version then took 0.9 s instead of 0.1 s in
-        ``bench/weight_broadcast.py``). Its arrays, views of this node's copy, are kept until the next version is
-        applied: freeing that copy as soon as it was loaded made one later version in four arrive ~1 s late there
-        (median 2.3 s against 1.8 s over 2 nodes)."""
+        while the next versions are published, which slows each ``ray.put`` of a large version several times
+        (``bench/weight_broadcast.py``). Its arrays, views of this node's copy, are kept until the next version is
+        applied: freeing that copy as soon as it was loaded made later versions arrive late there
+        (bench/notes/code_figures.md)."""
         import ray
 
         version = max(arrived)
@@ -255,9 +255,8 @@ def _arrived(on_the_way: Fetches) -> list[int]:
 
 def pull_retry_advice(record: Mapping[str, Any], pull_timeout_ms: int) -> str | None:
     """The console line for a run in which one shard of a version took a rollout worker longer to fetch than Ray's
-    ``object_manager_pull_timeout_ms``, after which Ray sends it again: over a 20 Mbit/s link, every later version
-    then arrived at a half to a third of the link's rate (bench/slow_link.py with whole versions). None for a record
-    that does not call for it."""
+    ``object_manager_pull_timeout_ms``, after which Ray sends it again and every later version arrives at a fraction
+    of the link's rate (bench/slow_link.py with whole versions). None for a record that does not call for it."""
     shard_s = record.get("rollout/weights_shard_s_max")
     if not isinstance(shard_s, (int, float)) or shard_s * 1000 <= pull_timeout_ms:
         return None
@@ -304,7 +303,7 @@ class TensorPiece:
 def shard_size(version_bytes: int) -> int:
     """The most bytes per shard for a version of ``version_bytes``: :data:`SHARD_BYTES`, or a
     :data:`SHARDS_PER_VERSION`-th of the version where that is more: fewer, larger objects cost Ray fewer pulls
-    (a VPT-2x version in 16 shards, not 250; bench/notes/cluster.md)."""
+    (bench/notes/cluster.md)."""
     return max(SHARD_BYTES, -(-version_bytes // SHARDS_PER_VERSION))
 
 

@@ -10,8 +10,8 @@ within them. Each choice and why; the measurements behind them are in bench/note
 * **Updates and credit**: ``crafter_resnet``'s: 4096 env steps per iteration, 3 epochs of 8 minibatches of 512
   shuffled single steps, lr 3e-4, a normalised value, discount 0.95, GAE lambda 0.65.
 * **Rollout**: 16 envs in two groups of 8, in lock-step with the learner (``synchronous_sampling``), as Moon et al.'s
-  PPO collects: every env step the score counts is one the learner trained on, and on 2 cores it costs no
-  throughput, since the learner alone on the cores runs twice as fast as beside the envs.
+  PPO collects: every env step the score counts is one the learner trained on, and on a few cores it costs no
+  throughput, since the learner alone on the cores runs faster than beside the envs.
 * **Learner threads**: 2 (``num_cpus_per_worker``): in lock-step the envs wait while the learner computes.
 * **Learner precision** (``cpu_bf16`` 'auto', timed on the first iteration): bfloat16 is much faster on some CPUs
   and slower on others; the score was the same in either.

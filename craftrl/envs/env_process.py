@@ -49,11 +49,11 @@ _PARENT_CHECK_PERIOD_S = 2.0
 def send_message(conn: Connection, message: tuple) -> None:
     """Pickle with protocol 5 instead of ``Connection.send``'s default protocol 4.
 
-    Replies carry several observations each. Crafter's frames are transposed views, and protocol 4 pickled a
-    reply of 4 of them in 2-3x the time protocol 5 took (~260-340 against ~90-100 us), once per request in
-    every env process. Unpickled arrays stay writable. Nothing on this pipe needs ``ForkingPickler``'s
-    reducers: no connections cross it, and the descriptors of shared-memory regions (``shared_frames.py``)
-    travel as ancillary data of their own, outside any pickle.
+    Replies carry several observations each, and protocol 5 pickles the transposed views of Crafter's frames in a
+    fraction of protocol 4's time, once per request in every env process (bench/notes/code_figures.md). Unpickled
+    arrays stay writable. Nothing on this pipe needs ``ForkingPickler``'s reducers: no connections cross it, and the
+    descriptors of shared-memory regions (``shared_frames.py``) travel as ancillary data of their own, outside any
+    pickle.
     """
     conn.send_bytes(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
 
@@ -191,8 +191,8 @@ class _SpawnWithoutMain(popen_spawn_posix.Popen):
 
     An env process needs nothing from it: its generator arrives pickled with cloudpickle, by value where it
     was defined in ``__main__``. Re-running it would cost every env process the parent's imports, and in a Ray
-    rollout worker ``__main__`` is Ray's worker module: 16 env processes started from a Ray actor took 4 s to
-    come up on 2 cores with Ray imported into each, 1.3 s without (bench/notes/sampler.md).
+    rollout worker ``__main__`` is Ray's worker module, and importing Ray into every env process triples the time
+    they take to come up (bench/notes/sampler.md).
     """
 
     _lock = threading.Lock()  # the preparation function is swapped for this process's launch only

@@ -3,7 +3,7 @@
 MinecraftSim steps at about 20-60 frames/s per instance, resets take 10-60 s, frames are 128x128 to 360x640 RGB,
 and instances hang or crash. What a rollout worker must get right with such envs is waiting, not computing:
 keep every instance busy while some of them are slow or resetting. ``LatencyBoundEnv`` reproduces that timing by
-sleeping, so dozens of instances fit on 2 cores; its observations and rewards mean nothing (registered as
+sleeping, so dozens of instances fit on a few cores; its observations and rewards mean nothing (registered as
 ``synthetic/latency``, it is not a stand-in for MinecraftSim's game).
 
 Randomness (step and reset times, episode lengths, failures) comes from the seed given to ``reset`` (or to the

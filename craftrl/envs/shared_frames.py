@@ -1,11 +1,11 @@
 """Large observation arrays go from an env process to its parent through shared memory, not the pipe.
 
 A 360x640x3 Minecraft frame is 691 kB. Through the pipe it is pickled, written in 64 kB pieces, read back
-piece by piece and unpickled, every process waking up for each piece; with 64 envs at 20 frames/s that moving
-took more CPU than 2 cores have (bench/notes/sampler.md, "Frames of 360x640"). Here the env process copies each
-array of at least ``SHARE_MIN_BYTES`` into a shared region of its env and sends only where it lies; the parent
-copies it out when the reply arrives. Smaller arrays (Crafter's 64x64 frames) stay in the pickled reply, which
-is cheaper for them.
+piece by piece and unpickled, every process waking up for each piece; with dozens of Minecraft-sized envs that
+moving alone can take more CPU than a small machine has (bench/notes/sampler.md, "Frames of 360x640"). Here the env
+process copies each array of at least ``SHARE_MIN_BYTES`` into a shared region of its env and sends only where it
+lies; the parent copies it out when the reply arrives. Smaller arrays (Crafter's 64x64 frames) stay in the pickled
+reply, which is cheaper for them.
 
 Regions: one per env and kind of reply (``"step"``, ``"reset"``), an anonymous ``memfd`` whose file descriptor
 travels over the process's Unix socket right after a ``("region", index, kind, size)`` message. Nothing is

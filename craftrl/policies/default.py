@@ -1,9 +1,8 @@
 """Built-in policies for the built-in tasks: a recurrent CNN for pixels and a small MLP for vectors.
 
-Two pixel encoders: the Impala CNN (residual, max-pooled; strong but ~10x the CPU cost) and a Nature-style
-strided CNN (three convolutions, no pooling), which is what makes CPU-only training fast: on one core it
-infers a 64x64 frame in ~0.15 ms and trains a sample in ~0.33 ms, against ~0.66 ms and ~1.2 ms for the Impala
-CNN at half width (bench/policy_inference.py).
+Two pixel encoders: the Impala CNN (residual, max-pooled; strong but several times the CPU cost per frame) and a
+Nature-style strided CNN (three convolutions, no pooling), which is what makes CPU-only training fast
+(bench/policy_inference.py measures both).
 
 Initialisation follows the PPO implementation-detail literature: orthogonal weights with gain sqrt(2) in
 hidden layers, 0.01 for the policy head (near-uniform initial policy), 1 for the value head, zero biases.
@@ -174,9 +173,9 @@ class ImpalaRecurrentPolicy(Policy):
     ``hidden_size`` 1024 and no recurrent core it is the policy of Moon et al.'s Crafter PPO.
 
     ``feature_norm`` puts a LayerNorm between the MLP and the core. Nothing else bounds the scale of the
-    features the recurrent gates see: in one PPO run on Crafter they grew ~10x within 45k env steps, every
-    LSTM gate saturated, and the policy stopped depending on its observations for good (the latent varied by
-    ~1e-3 over an episode; no gradient flows back through saturated gates).
+    features the recurrent gates see: without it they can grow until every LSTM gate saturates, and the policy then
+    stops depending on its observations for good, since no gradient flows back through saturated gates
+    (bench/notes/code_figures.md).
     """
 
     def __init__(self, num_actions: int = 17, image_shape: tuple[int, int, int] = (64, 64, 3), *,

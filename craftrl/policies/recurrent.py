@@ -59,7 +59,7 @@ class ResettableRNN(nn.Module):
         """One step through the cell kernel with the same weights: the rollout's per-step call.
 
         ``nn.LSTM`` on one time step of a small batch costs several times the cell kernel on CPU (its sequence
-        machinery dominates); the results agree to float rounding (~2e-7).
+        machinery dominates); the results agree to float rounding.
         """
         keep = (~first[:, 0]).to(x.dtype)[:, None]
         rnn = self.rnn

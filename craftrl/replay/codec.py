@@ -10,9 +10,9 @@ Record layout::
     b"CRFR" | format u8 | 3 reserved bytes | crc32(body) u32 | decompressed size u64 | body (zstd frame)
     body, decompressed: header size u32 | header JSON | zero padding to 16 | array blob (each array 16-aligned)
 
-Game frames compress well because consecutive frames share most tiles: zstd level 3 brings Crafter 64x64
-frames to ~8 % of their raw size (see bench/results/replay.md); that measurement is why no per-array
-transform (frame deltas, planar layout) is applied: deltas gain under one point, planar layout loses.
+Game frames compress well because consecutive frames share most tiles (bench/results/replay.md has the ratio),
+which is why no per-array transform (frame deltas, planar layout) is applied: neither beat zstd alone
+(bench/notes/code_figures.md).
 """
 
 from __future__ import annotations

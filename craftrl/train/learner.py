@@ -64,8 +64,8 @@ FUSED_OPTIMIZER_DEVICES = ("cpu", "cuda")
 def make_optimizer(policy: torch.nn.Module, config: TrainConfig) -> torch.optim.AdamW:
     """AdamW, with torch's fused kernel wherever every parameter allows it.
 
-    Why fused: the per-tensor loop launches about ten small ops per parameter tensor per step; fused, the
-    default policy's step takes 0.47 instead of 2.3 ms on one CPU thread (bench/notes/learning.md). It is the
+    Why fused: the per-tensor loop launches about ten small ops per parameter tensor per step, which dominate a
+    small policy's optimiser step on CPU (bench/notes/learning.md). It is the
     same AdamW update, and ``GradScaler`` handles fused optimisers, so AMP is unaffected.
     """
     parameters = list(policy.parameters())

@@ -14,8 +14,8 @@ def native_cpu_bf16_flags() -> tuple[str, ...]:
     """The CPU's native bfloat16 instruction sets listed in /proc/cpuinfo (Linux); empty where none or unknown,
     or where torch's oneDNN may not use them (``onednn_may_use_bf16``).
 
-    Why not ask torch alone: it reports bf16 as supported on any AVX512 CPU, where bf16 runs emulated; the
-    learner's 1.3x (bench/learner_step.py) was measured with these instructions only."""
+    Why not ask torch alone: it reports bf16 as supported on any AVX512 CPU, where bf16 runs emulated, and only
+    native instructions made the learner faster (bench/learner_step.py)."""
     try:
         flags_line = next(line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags"))
     except (OSError, StopIteration):

@@ -60,8 +60,8 @@ def _mob_factories() -> dict[str, Any]:
 class SummonMobsCallback(CrafterCallback):
     """Place mobs on free walkable tiles within ``range_x`` × ``range_z`` tiles of the player at reset.
 
-    Why: Crafter's world generation puts cows only sparsely (about 1.5 % of grass tiles, never within
-    3 tiles of the player); the MineStudio quick-start summons 10 cows within ±5 blocks.
+    Why: Crafter's world generation puts cows only sparsely (on few grass tiles, never within 3 tiles of the
+    player); the MineStudio quick-start summons 10 cows within ±5 blocks.
     If fewer free tiles exist than requested, as many as fit are placed; ``info["summoned"]`` tells
     how many of each mob were placed.
     """

@@ -1,7 +1,7 @@
 """Faster Crafter stepping and rendering with bit-identical results.
 
-After ``fast_worldgen`` made resets cheap, ``crafter.Env.step`` dominates an env's CPU time (about
-2 ms per step). Most of it is Python overhead in code that does little work per call:
+After ``fast_worldgen`` made resets cheap, ``crafter.Env.step`` dominates an env's CPU time. Most of it is
+Python overhead in code that does little work per call:
 
 * ``LocalView.__call__`` draws the 9x7 tiles of the local view one ``World.__getitem__`` and one
   ``_draw`` at a time, then walks every object of the world (tens to hundreds) to alpha-draw the
@@ -46,11 +46,10 @@ operations:
   the start of the step, so the result stays Crafter's;
 * in that loop, a cow (exactly Crafter's ``Cow``) is updated by ``_cow_update``: Crafter's update with the
   same draws from ``world.random`` (``random_sample`` for ``uniform``: the same double) and its move done
-  on Python ints. On the cows task, where about 13 cows are updated per step, this takes a step from about
-  820 to 690 us of CPU;
+  on Python ints. Cows are most of the objects the cows task updates each step;
 * the creature balancing of every 10th step (``_balance_chunks``) counts each chunk's grass and path tiles
   with one ``reduceat`` per material instead of a numpy mask and sum in each of its 75 calls, and is
-  otherwise Crafter's code with the same draws (a cows-task step 727 -> 677 us CPU). It is used when the env's
+  otherwise Crafter's code with the same draws. It is used when the env's
   class has Crafter's own ``_balance_chunk`` and ``_balance_object``.
 
 Everything else in ``Env.step`` is Crafter's code, unchanged.
@@ -285,7 +284,7 @@ def _colour_filter(view: Any, pixels: np.ndarray, spec: tuple[float, tuple[int, 
 def _light_and_sleep(view: Any, pixels: np.ndarray, daylight: float, sleeping: bool) -> np.ndarray:
     """Crafter's ``LocalView._light(pixels, daylight)`` without night noise (daylight >= 0.5), then ``_sleep``
     when the player sleeps: the same arithmetic in the same order, with PIL's colour filter as table lookups
-    (on ten tiles they take ~60 % of the time of PIL's image round trip; on a whole canvas about as long)."""
+    (cheaper than PIL's image round trip on the few distinct tiles of a daylight view)."""
     pixels = daylight * pixels + (1 - daylight) * _colour_filter(view, pixels, _NIGHT_FILTER)
     return _colour_filter(view, pixels, _SLEEP_FILTER) if sleeping else pixels
 
@@ -419,13 +418,12 @@ _DIRECTIONS = ((-1, 0), (+1, 0), (0, -1), (0, +1))
 def _cow_update(cow: Any) -> None:
     """``Cow.update`` (crafter 1.8.3): the same draws from ``world.random`` and the same effect.
 
-    Cows are most of the objects updated each step on the cows task (10 summoned beside the player, about
-    13 updates per step), and Crafter's version costs about 20 us: ``uniform()`` alone takes 3.5 us where
-    ``random_sample()`` returns the same double from the same stream in 0.25 us (``uniform`` computes
-    ``0.0 + 1.0 * random_sample()``), and ``Object.move`` / ``World.move`` build numpy arrays and tuples
-    per try. Here the free-tile test (inside the area, no object there, a walkable material) and the move
-    run on Python ints; the object map, chunk sets and ``pos`` (a fresh int64 array) end as Crafter leaves
-    them. A removed cow still draws, as in Crafter, and does not move."""
+    Cows are most of the objects updated each step on the cows task (10 summoned beside the player), and
+    Crafter's version is slow for what it does: ``uniform()`` costs many times what ``random_sample()`` does for
+    the same double from the same stream (``uniform`` computes ``0.0 + 1.0 * random_sample()``), and
+    ``Object.move`` / ``World.move`` build numpy arrays and tuples per try. Here the free-tile test (inside the area,
+    no object there, a walkable material) and the move run on Python ints; the object map, chunk sets and ``pos`` (a
+    fresh int64 array) end as Crafter leaves them. A removed cow still draws, as in Crafter, and does not move."""
     world = cow.world
     if cow.inventory["health"] <= 0:
         world.remove(cow)
@@ -477,11 +475,11 @@ def _balance_chunks(env: Any) -> None:
     """``for chunk, objs in world.chunks.items(): env._balance_chunk(chunk, objs)`` (crafter 1.8.3), exactly.
 
     Every 10th step Crafter balances zombies, skeletons and cows in each chunk, and each of those 75 calls
-    (25 chunks on the default 64x64 world) counted the chunk's grass or path tiles with a numpy mask and
-    sum, about 10 us: 75 us per step on average, 7-10 % of one. The counts cannot change during the pass
-    (balancing adds and removes creatures only), so they come from one ``reduceat`` per material up front.
-    The rest is Crafter's code in Crafter's order, with the same draws (``random_sample`` for ``uniform``,
-    the same double), and the same live sets of objects, to which an earlier call may have added."""
+    (25 chunks on the default 64x64 world) counted the chunk's grass or path tiles with a numpy mask and sum. The
+    counts cannot change during the pass (balancing adds and removes creatures only), so they come from one
+    ``reduceat`` per material up front. The rest is Crafter's code in Crafter's order, with the same draws
+    (``random_sample`` for ``uniform``, the same double), and the same live sets of objects, to which an earlier call
+    may have added."""
     world, objects = env._world, _crafter_env.objects
     light = world.daylight
     grass, path = _chunk_counts(world, "grass"), _chunk_counts(world, "path")
@@ -530,10 +528,9 @@ def _env_render(self, size=None):
     """Drop-in for ``crafter.Env.render``: the same pixels, laid out in row-major (C) order.
 
     Crafter fills a (width, height) canvas and returns its transposed view, so every frame left the env as
-    a strided array, and each consumer paid for the transpose again: encoding a 32-step fragment gathered it
-    in ~1 ms and batched inference ran ~0.15 ms slower per group of 8 (about 50 us per env step in all, in
-    the rollout worker). Writing the transposed views straight into an (height, width) canvas costs ~10 us
-    more here than Crafter's render. The local view is float64 until this assignment, as in Crafter."""
+    a strided array, and each consumer paid for the transpose again (fragment encoding and batched inference,
+    in the rollout worker). Writing the transposed views straight into an (height, width) canvas here costs
+    less than those gathers did. The local view is float64 until this assignment, as in Crafter."""
     size = size or self._size
     unit = size // self._view
     local_view = self._local_view(self._player, unit)
@@ -576,7 +573,7 @@ def _env_step(self, action):
         'achievements': self._player.achievements.copy(),
         'discount': 1 - float(dead),
     }
-    # The whole-world map costs ~40 us a step (3 % of one); CrafterSim(semantic_map=False) never reads it.
+    # The whole-world map is a copy of the world's material map per step; CrafterSim(semantic_map=False) never reads it.
     if not getattr(self, 'craftrl_skip_semantic', False):
         info['semantic'] = self._sem_view()
     info['player_pos'] = self._player.pos

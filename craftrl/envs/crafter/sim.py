@@ -45,8 +45,8 @@ class CrafterSim:
     that sequence from ``s``. ``length`` is Crafter's own cap (truncation).
 
     ``fast`` (default on) swaps in exact, faster versions of Crafter's world generation
-    (``fast_worldgen``: the identical world about 10x faster; with a random policy resets were about half of
-    an env's CPU time) and of its step and render (``fast_step``: identical frames and state, ~2.6x faster).
+    (``fast_worldgen``: the identical world; with a random policy resets were much of an env's CPU time) and of
+    its step and render (``fast_step``: identical frames and state).
     If the installed opensimplex or Crafter is not the version they reproduce, Crafter's own code stays in
     place (with a warning), so results are never silently different.
 
@@ -54,9 +54,8 @@ class CrafterSim:
     shows them.
 
     ``semantic_map`` (default off) adds ``info["semantic"]``, Crafter's object-id map of the whole world, to
-    every reset and step. Scripted agents want it; the training pipeline never reads it, and building it costs
-    about 3 % of a step and a quarter of the bytes of each step's reply between processes, so it is left out
-    unless asked for.
+    every reset and step. Scripted agents want it; the training pipeline never reads it, and it costs CPU each step
+    and adds to the bytes of each step's reply between processes, so it is left out unless asked for.
     """
 
     def __init__(
