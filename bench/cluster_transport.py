@@ -101,7 +101,7 @@ def process_cpu_seconds(pid: int) -> float:
 
 def measure(ray, buffer, buffer_pid: int, frames: np.ndarray, remote: bool, encoded_ahead: bool, writers: int,
             count: int, case_number: int) -> dict:
-    from craftrl.system import current_node_id, on_node
+    from craftrl.placement import current_node_id, on_node
 
     placement = {"resources": {"writer_node": 1}} if remote else on_node(current_node_id())
     tag = f"{'remote' if remote else 'direct'}{int(encoded_ahead)}{case_number}"  # env ids of their own
@@ -136,7 +136,7 @@ def main() -> None:
     from craftrl.replay.actor import start_replay_buffer
     from craftrl.replay.codec import encode_fragment
     from craftrl.replay.config import BufferSettings, StoreSettings
-    from craftrl.system import on_home_node
+    from craftrl.placement import on_home_node
 
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False,
                                                             "object_store_memory": 512 << 20})

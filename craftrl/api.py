@@ -73,7 +73,7 @@ def start_rolloutmanager(policy_generator: Callable[[], Any], env_generator: Cal
 
     from craftrl.config.generator_modules import problems_on_cluster
     from craftrl.ray_bootstrap import ray_init
-    from craftrl.rollout.start import start_rollout_system
+    from craftrl.system import start_rollout_system
 
     with _bad_input_exits():
         config = _validated(policy_generator, env_generator, online_cfg)
@@ -105,7 +105,7 @@ def start_trainer(policy_generator: Callable[[], Any], env_generator: Callable[[
     from craftrl.progress import ProgressDisplay
     from craftrl.ray_bootstrap import ray_init
     from craftrl.run_dir import RunDirectory
-    from craftrl.system import METRICS, find
+    from craftrl.system import METRICS, find, start_metrics_sink
     from craftrl.train.trainer import run_trainer
     from craftrl.weights import pull_retry_advice, ray_pull_timeout_ms
 
@@ -126,23 +126,3 @@ def start_trainer(policy_generator: Callable[[], Any], env_generator: Callable[[
     with ProgressDisplay(Path(run_dir) / "metrics.jsonl", config.train_config.num_iterations,
                          config.logger_config.console_interval, advice=(slow_pulls,), task_metrics=task_metrics):
         return run_trainer(policy_generator, config_to_dict(config), storage_path=str(Path(run_dir) / "ray_train"))
-
-
-_METRICS_SINKS: list[Any] = []
-
-
-def start_metrics_sink(run_dir: str, config: OnlineConfig) -> Any:
-    """The named ``metrics`` actor every component logs to (metrics.jsonl, TensorBoard, wandb); ``start_trainer``
-    shows the run's progress on the driver's console from its metrics.jsonl."""
-    import ray
-
-    from craftrl.config.loading import config_to_dict
-    from craftrl.metrics import MetricsSink
-    from craftrl.system import METRICS, on_home_node
-
-    # on the driver's node, so metrics.jsonl and TensorBoard files land in the driver's run directory
-    sink = ray.remote(MetricsSink).options(name=METRICS, num_cpus=0, **on_home_node()).remote(
-        run_dir, config.logger_config, config_to_dict(config))
-    ray.get(sink.ready.remote())  # surfaces a sink start-up error (e.g. wandb) here
-    _METRICS_SINKS[:] = [sink]  # a non-detached named actor dies with its creator's last handle
-    return sink

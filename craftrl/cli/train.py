@@ -13,9 +13,9 @@ from craftrl.config.schema import OnlineConfig
 from craftrl.ray_bootstrap import ClusterResourceError, ray_init
 from craftrl.replay.config import encoded_fragment_bound
 from craftrl.replay.store import ReplayStoreError
-from craftrl.rollout.start import format_accounting, format_stop_times
 from craftrl.rollout.loop import waits_more_than_computes
 from craftrl.run_dir import ResumeTarget, RunDirectory, find_resume_target
+from craftrl.system import format_accounting, format_stop_times, start_metrics_sink, stop_rollout_system
 from craftrl.train.trainer import RolloutFailedError
 
 EXIT_RUN_FAILED = 1  # the run started but could not go on (bad input is 2, an interrupted run 130)
@@ -26,7 +26,6 @@ def train_command(loaded: LoadedConfig) -> int:
 
     from craftrl import api
     from craftrl.cli.main import EXIT_BAD_INPUT, EXIT_INTERRUPTED
-    from craftrl.rollout.start import stop_rollout_system
     from craftrl.train.checkpoint import list_checkpoints
     from craftrl.train.trainer import stop_on_sigterm
 
@@ -61,7 +60,7 @@ def train_command(loaded: LoadedConfig) -> int:
     accounting = None
     stop_on_sigterm()
     try:
-        sink = api.start_metrics_sink(str(run_dir.root), config)
+        sink = start_metrics_sink(str(run_dir.root), config)
         api.start_rolloutmanager(loaded.policy_generator, loaded.env_generator, config)
         api.start_trainer(loaded.policy_generator, loaded.env_generator, config, whole_config=loaded.source_text,
                           run_dir=str(run_dir.root), task_metrics=probe.task_metrics if probe else ())
@@ -96,7 +95,8 @@ def train_command(loaded: LoadedConfig) -> int:
     try:
         from craftrl.cli.plot import plot_runs
 
-        print(f"craftrl:   learning curve: {plot_runs([run_dir.root], run_dir.root / 'curve.png')}")
+        curve = plot_runs([run_dir.root], run_dir.root / "curve.png", probe.task_metrics if probe else ())
+        print(f"craftrl:   learning curve: {curve}")
     except Exception as error:  # a plot is a convenience; the run's results are already on disk
         print(f"craftrl:   no learning curve ({error})")
     print(f"craftrl:   metrics: {run_dir.metrics_path} (tensorboard --logdir {run_dir.tensorboard_dir})")

@@ -169,7 +169,7 @@ def problems_on_cluster(env_generator: Callable[[], Any], policy_generator: Call
     it (no CPU reserved); a node that does not answer within ``timeout`` is not judged."""
     import ray
 
-    from craftrl.system import current_node_id, on_node
+    from craftrl.placement import current_node_id, on_node
 
     nodes = nodes_to_check(config, ray.nodes(), current_node_id())
     if not nodes:

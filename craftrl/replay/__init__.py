@@ -1,6 +1,6 @@
 """Replay buffer: LMDB-backed fragment store, pure replay index, and the thin Ray actor around them.
 
-Rollout workers: ``ReplayWriter.connect().add_fragment(fragment)``. Trainer: ``buffer.sample_chunks.remote(n)``,
+Rollout workers: ``ReplayWriter(buffer).add_fragment(fragment)``. Trainer: ``buffer.sample_chunks.remote(n)``,
 ``ReaderPool(buffer, ...).read(descriptors)``, ``buffer.update_version.remote(v)``. See docs/replay.md.
 """
 

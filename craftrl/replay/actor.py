@@ -1,8 +1,8 @@
 """The named Ray actor that owns the buffer's index: a thin async shell around :class:`ReplayIndex`.
 
-Writers on the store's node put records into the LMDB store themselves and send only :class:`FragmentMeta`;
-writers on other nodes send the encoded records along (``write_fragments``), which the actor stores on a
-background thread before registering them. Readers get :class:`ChunkDescriptor` ids and read the store
+Rollout workers on the store's node put records into the LMDB store themselves and send only
+:class:`FragmentMeta`; workers on other nodes send the encoded records along (``write_fragments``), which the actor
+stores on a background thread before registering them. Readers get :class:`ChunkDescriptor` ids and read the store
 themselves. The actor does the bookkeeping, waits for enough fresh chunks, and deletes records that nobody will
 read again, also on a background thread, so the event loop never blocks on disk (MineStudio deleted
 synchronously in ``__del__``).
@@ -10,14 +10,14 @@ synchronously in ``__del__``).
 At start it clears the store at ``database_config.path`` (see :mod:`craftrl.replay.store` for why). When its
 process dies (killed, out of memory) Ray restarts it (``max_restarts=-1``) and retries the calls it had not
 answered (``max_task_retries=-1``); the restarted actor keeps the store and rebuilds its index from the
-journal (:mod:`craftrl.replay.journal`), so writers and the trainer only notice a pause, and the restart is
+journal (:mod:`craftrl.replay.journal`), so rollout workers and the trainer only notice a pause, and the restart is
 counted in ``replay/restarts`` and logged.
 
 Pacing (``max_unsampled_chunks`` n > 0): a registration's fragments are taken only while fewer than n chunks
-await their first sample, and the call is answered once all are taken. A writer sends its next registration only
-after the previous one is answered, so its send queue fills and its worker stops stepping envs: the rollout runs
-about one iteration ahead of a slower trainer instead of making experience that goes stale unused.
-:meth:`release_writers` ends the pacing when the run stops, so workers can deliver what they hold.
+await their first sample, and the call is answered once all are taken. A rollout worker sends its next
+registration only after the previous one is answered, so its send queue fills and it stops stepping envs: the rollout
+runs about one iteration ahead of a slower trainer instead of making experience that goes stale unused.
+:meth:`release_workers` ends the pacing when the run stops, so workers can deliver what they hold.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ from craftrl.replay.disk_guard import DiskGuard
 from craftrl.replay.journal import JournaledIndex
 from craftrl.replay.index import ReplayIndex, ChunkDescriptor, FragmentMeta
 from craftrl.replay.store import FragmentStore, ReplayStoreError, StoreLayout, create_store, read_layout
-from craftrl.system import REPLAY_BUFFER, current_node_id, restarted_by_ray
+from craftrl.placement import current_node_id, restarted_by_ray
+from craftrl.system import find
 logger = logging.getLogger(__name__)
 
 
@@ -63,8 +64,8 @@ class ReplayBufferActor:
         self.remote_bytes_written = 0
         self._pending_deletes: set[asyncio.Future] = set()
         self._changed: asyncio.Condition | None = None  # created on the actor's event loop
-        self._writers_released = False
-        self.writer_wait_seconds = 0.0
+        self._workers_released = False
+        self.worker_wait_seconds = 0.0
         self._report_clock = time.monotonic()
         self._latest_report: dict[str, float] = {}
         self._reports = 0
@@ -75,7 +76,7 @@ class ReplayBufferActor:
         return self._changed
 
     async def layout(self) -> StoreLayout:
-        """How writers and readers open the store."""
+        """How rollout workers and readers open the store."""
         return self._layout
 
     async def node_id(self) -> str:
@@ -96,11 +97,11 @@ class ReplayBufferActor:
             await self._notify()
             return
         for meta in metas:
-            if self._writers_held():
+            if self._workers_held():
                 started = time.monotonic()
                 async with self._condition():
-                    await self._condition().wait_for(lambda: not self._writers_held())
-                self.writer_wait_seconds += time.monotonic() - started
+                    await self._condition().wait_for(lambda: not self._workers_held())
+                self.worker_wait_seconds += time.monotonic() - started
             self._register([meta])
             await self._notify()
 
@@ -113,25 +114,25 @@ class ReplayBufferActor:
         self._delete_released()
 
     def _pacing(self) -> bool:
-        return self._index.index.settings.max_unsampled_chunks > 0 and not self._writers_released
+        return self._index.index.settings.max_unsampled_chunks > 0 and not self._workers_released
 
-    def _writers_held(self) -> bool:
-        return not self._writers_released and self._index.index.rollout_ahead()
+    def _workers_held(self) -> bool:
+        return not self._workers_released and self._index.index.rollout_ahead()
 
-    async def release_writers(self) -> None:
+    async def release_workers(self) -> None:
         """Answer every registration at once from now on (the run is stopping: nobody will sample any more)."""
-        self._writers_released = True
+        self._workers_released = True
         await self._notify()
 
     async def _notify(self) -> None:
-        """Wake the calls waiting for a change: samplers for fresh chunks, paced writers for sampled ones."""
+        """Wake the calls waiting for a change: samplers for fresh chunks, paced rollout workers for sampled ones."""
         async with self._condition():
             self._condition().notify_all()
 
     async def write_fragments(self, metas: Sequence[FragmentMeta], records: Sequence[bytes]) -> None:
-        """Store the records of a writer on another node, then register them (``records[i]`` is ``metas[i]``'s).
+        """Store the records of a rollout worker on another node, then register them (``records[i]`` is ``metas[i]``'s).
 
-        The records arrive through Ray's object store; the LMDB write runs on the writer thread, so sampling and
+        The records arrive through Ray's object store; the LMDB write runs on the write thread, so sampling and
         other registrations go on meanwhile. A retried call finds its records stored already and repeats nothing.
         """
         if len(metas) != len(records):
@@ -155,7 +156,7 @@ class ReplayBufferActor:
                 descriptors = self._index.sample(n_chunks)
                 self._delete_released()
                 if descriptors is not None:
-                    condition.notify_all()  # paced writers may go on
+                    condition.notify_all()  # paced workers may go on
                     return descriptors
                 remaining = deadline - loop.time()
                 if remaining <= 0:
@@ -173,12 +174,12 @@ class ReplayBufferActor:
         """The trainer's current policy version; chunks more than ``max_staleness`` behind are dropped."""
         self._index.update_version(version)
         self._delete_released()
-        await self._notify()  # stale chunks left: paced writers may go on
+        await self._notify()  # stale chunks left: paced workers may go on
 
-    async def retire_writer(self, prefix: str) -> None:
+    async def retire_worker(self, prefix: str) -> None:
         """Refuse every later fragment whose env id starts with ``prefix``: a rollout worker the manager replaced
         without hearing from it (its node cut off), which may still deliver once it reaches the buffer again."""
-        self._index.retire_writer(prefix)
+        self._index.retire_worker(prefix)
 
     async def report_corrupt(self, fragment_ids: Sequence[int]) -> int:
         """A reader could not decode these records: drop their chunks. Returns fragments removed."""
@@ -224,7 +225,7 @@ class ReplayBufferActor:
         metrics["replay/duplicate_registrations"] = float(self._index.duplicate_registrations)
         metrics["replay/remote_fragments_written"] = float(self.remote_records_written)
         metrics["replay/remote_bytes_written"] = float(self.remote_bytes_written)
-        metrics["replay/writer_wait_s"] = self.writer_wait_seconds
+        metrics["replay/worker_wait_s"] = self.worker_wait_seconds
         return metrics
 
     def _delete_released(self) -> None:
@@ -241,18 +242,13 @@ class ReplayBufferActor:
             logger.error("replay buffer: deleting records failed: %s", future.exception())
 
 
-def start_replay_buffer(settings: BufferSettings, name: str = REPLAY_BUFFER, num_cpus: float = 0.0,
-                        **options: Any):
+def start_replay_buffer(settings: BufferSettings, name: str, num_cpus: float = 0.0, **options: Any):
     """Create the named buffer actor (it clears the store) and wait until it is ready; return its handle."""
     import ray
 
-    try:
-        ray.get_actor(name)
-    except ValueError:
-        pass
-    else:
+    if find(name) is not None:
         raise ValueError(f"a replay buffer actor named {name!r} already exists in this Ray namespace; connect to "
-                         f"it with ray.get_actor({name!r}) or kill it before starting a new one")
+                         f"it or kill it before starting a new one")
     remote_class = ray.remote(ReplayBufferActor)
     options = {"max_restarts": -1, "max_task_retries": -1, **options}
     handle = remote_class.options(name=name, num_cpus=num_cpus, **options).remote(settings)

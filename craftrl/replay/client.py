@@ -1,7 +1,7 @@
 """Rollout-worker side: encode a fragment, put it into the store, register it with the buffer actor.
 
 Fragments are encoded (compressed) in the worker's own process, so compression runs in parallel across workers. A
-writer on the store's node then puts the record into LMDB itself and sends the buffer actor only metadata. A writer
+``ReplayWriter`` on the store's node then puts the record into LMDB itself and sends the buffer actor only metadata. One
 on any other node cannot open the store (LMDB is one machine's): it sends the records with the registration,
 through Ray's object store, and the buffer actor writes them (``write_fragments``), so each fragment crosses the
 network once. Either way a registration is sent without waiting for its answer, but only once fewer than
@@ -13,7 +13,7 @@ of its per-call cost (Ray's, not its own work). A paced buffer (``max_unsampled_
 the trainer is behind, so the next ``add_fragments`` waits, and with it the worker that calls it.
 
 When the buffer actor dies, Ray restarts it and retries the registration; should the call still fail, the
-writer re-sends the *same* registration (same fragment id, record already stored) until ``retry_timeout_s``:
+``ReplayWriter`` re-sends the *same* registration (same fragment id, record already stored) until ``retry_timeout_s``:
 the buffer ignores a repeat, so a retry can neither lose a fragment nor count it twice.
 """
 
@@ -29,7 +29,7 @@ from craftrl.replay.codec import encode_fragment
 from craftrl.replay.index import FragmentMeta
 from craftrl.replay.store import FragmentStore, StoreLayout
 from craftrl.rollout.fragment import Fragment
-from craftrl.system import REPLAY_BUFFER, current_node_id
+from craftrl.placement import current_node_id
 
 logger = logging.getLogger(__name__)
 
@@ -57,12 +57,6 @@ class ReplayWriter:
         self._max_in_flight = max_in_flight
         self._retry_timeout_s = retry_timeout_s
         self.registration_retries = 0
-
-    @classmethod
-    def connect(cls, name: str = REPLAY_BUFFER, **kwargs: Any) -> "ReplayWriter":
-        import ray
-
-        return cls(ray.get_actor(name), **kwargs)
 
     def add_fragment(self, fragment: Fragment) -> FragmentMeta:
         """Validate, store and register ``fragment``; the buffer decides later whether it is kept."""

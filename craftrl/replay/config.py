@@ -56,8 +56,8 @@ class BufferSettings:
     # Descriptors returned by a sample call stay readable for this many further sample calls, so a trainer
     # that samples the next iteration while still reading the current one never reads a deleted record.
     read_grace_samples: int = 2
-    # 0: writers are answered at once. n > 0: the buffer actor takes a writer's fragments only while fewer than n
-    # chunks await their first sample, so a rollout faster than its trainer waits instead of making stale data.
+    # 0: rollout workers are answered at once. n > 0: the buffer actor takes a worker's fragments only while fewer
+    # than n chunks await their first sample, so a rollout faster than its trainer waits instead of making stale data.
     max_unsampled_chunks: int = 0
 
     def __post_init__(self) -> None:

@@ -13,8 +13,8 @@ Rules (each one tested in tests/replay/test_index_properties.py):
   each version update, not only the head of the queue (MineStudio's head-only pruning let stale chunks behind a
   fresh head be trained on). Stale fragments are refused on arrival (``stale_on_arrival``), and a repeated or
   backwards ``index`` of an env is refused (``out_of_order``).
-* Fencing: after ``retire_writer(prefix)``, every fragment whose ``env_id`` starts with ``prefix`` is refused
-  (``from_retired_writer``). A rollout worker the manager gave up for dead (its node cut off from the network,
+* Fencing: after ``retire_worker(prefix)``, every fragment whose ``env_id`` starts with ``prefix`` is refused
+  (``from_retired_worker``). A rollout worker the manager gave up for dead (its node cut off from the network,
   say) may still deliver what it held once it reaches the buffer again; its replacement already writes, and
   the manager has booked that worker's undelivered fragments as lost.
 * Accounting: every fragment ever added is, at any time, in exactly one place: in a chunk, in an open partial
@@ -25,7 +25,7 @@ Rules (each one tested in tests/replay/test_index_properties.py):
 * Sampling is uniform without replacement among fresh chunks, from a generator seeded once: the same seed and
   the same sequence of calls give the same samples.
 * Pacing: with ``max_unsampled_chunks`` n > 0, :meth:`rollout_ahead` is True while n or more live chunks wait
-  for their first sample; the buffer actor then holds its writers (the rule is here, the waiting there).
+  for their first sample; the buffer actor then holds the rollout workers (the rule is here, the waiting there).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def too_stale(min_version: int, trainer_version: int, max_staleness: int) -> boo
     return trainer_version - min_version > max_staleness
 
 
-REJECT_REASONS = ("stale_on_arrival", "out_of_order", "gap", "from_retired_writer")
+REJECT_REASONS = ("stale_on_arrival", "out_of_order", "gap", "from_retired_worker")
 EVICT_REASONS = ("capacity", "stale", "reuse", "corrupt")
 REMOVAL_REASONS = REJECT_REASONS + EVICT_REASONS
 
@@ -117,7 +117,7 @@ class ReplayIndex:
         self._chunk_of_fragment: dict[int, int] = {}
         self._open: dict[str, list[FragmentMeta]] = {}
         self._last_index: dict[str, int] = {}
-        self._retired_writers: tuple[str, ...] = ()  # env id prefixes of writers refused from now on
+        self._retired_workers: tuple[str, ...] = ()  # env id prefixes of workers refused from now on
         self._next_chunk_id = 0
         self._sample_calls = 0
         self._deletable: list[int] = []
@@ -154,7 +154,8 @@ class ReplayIndex:
         return sum(1 for chunk in self._chunks.values() if chunk.uses == 0)
 
     def rollout_ahead(self) -> bool:
-        """True while writers should wait: ``max_unsampled_chunks`` > 0 and that many chunks await a first sample."""
+        """True while rollout workers should wait: ``max_unsampled_chunks`` > 0 and that many chunks await a first
+        sample."""
         limit = self.settings.max_unsampled_chunks
         return limit > 0 and self.unsampled_chunk_count() >= limit
 
@@ -170,8 +171,8 @@ class ReplayIndex:
         self._window.fragments_added += 1
         report_due = self._added % self.settings.fragments_per_report == 0
         env_id = meta.env_id
-        if self._retired_writers and env_id.startswith(self._retired_writers):
-            self._reject([meta], "from_retired_writer")
+        if self._retired_workers and env_id.startswith(self._retired_workers):
+            self._reject([meta], "from_retired_worker")
             return report_due
         last = self._last_index.get(env_id)
         if last is not None and meta.index <= last:
@@ -194,12 +195,12 @@ class ReplayIndex:
         self._admit(tuple(partial))
         return report_due
 
-    def retire_writer(self, prefix: str) -> None:
+    def retire_worker(self, prefix: str) -> None:
         """Refuse, from now on, every fragment whose ``env_id`` starts with ``prefix`` (see Fencing)."""
         if not isinstance(prefix, str) or not prefix:
-            raise ValueError(f"retire_writer: expected a non-empty env id prefix, got {prefix!r}")
-        if prefix not in self._retired_writers:
-            self._retired_writers += (prefix,)
+            raise ValueError(f"retire_worker: expected a non-empty env id prefix, got {prefix!r}")
+        if prefix not in self._retired_workers:
+            self._retired_workers += (prefix,)
 
     def _admit(self, fragments: tuple[FragmentMeta, ...]) -> None:
         while len(self._chunks) >= self.settings.max_chunks:
@@ -315,7 +316,7 @@ class ReplayIndex:
             "replay/trainer_version": self._version,
             "replay/sample_calls": self._sample_calls,
             "replay/chunks_sampled": self._chunks_sampled,
-            "replay/retired_writers": len(self._retired_writers),
+            "replay/retired_workers": len(self._retired_workers),
             "replay/window_fragments_added": window.fragments_added,
         }
         out.update({f"replay/{name}": value for name, value in self.accounting().items()})

@@ -113,8 +113,8 @@ class JournaledIndex:
         self._append(("remove", fragment_ids, reason))
         return removed
 
-    def retire_writer(self, prefix: str) -> None:
-        self.index.retire_writer(prefix)
+    def retire_worker(self, prefix: str) -> None:
+        self.index.retire_worker(prefix)
         self._append(("retire", prefix))
 
     def take_deletable(self) -> list[int]:
@@ -163,7 +163,7 @@ class JournaledIndex:
         elif kind == "remove":
             self.remove_fragments(entry[1], entry[2])
         elif kind == "retire":
-            self.retire_writer(entry[1])
+            self.retire_worker(entry[1])
         else:
             raise ValueError(f"replay journal: unknown entry {kind!r}")
 

@@ -20,7 +20,7 @@ from craftrl.replay.codec import CorruptRecordError, decode_fragment
 from craftrl.replay.index import ChunkDescriptor
 from craftrl.replay.store import FragmentStore, MissingRecordError, StoreLayout
 from craftrl.rollout.fragment import Fragment
-from craftrl.system import on_node
+from craftrl.placement import on_node
 
 
 @dataclass

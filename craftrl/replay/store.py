@@ -31,7 +31,7 @@ from typing import Any, Callable, Iterable, Sequence
 import lmdb
 
 from craftrl.replay.disk_guard import FIRST_CHECK_AFTER
-from craftrl.system import current_node_id
+from craftrl.placement import current_node_id
 
 MANIFEST = "craftrl-replay-store.json"
 INDEX_FILE_PREFIX = "index-"  # the buffer actor's journal and snapshot (craftrl.replay.journal)

@@ -112,7 +112,7 @@ def _is_scalar(value: Any) -> bool:
     return isinstance(value, (int, float, np.integer, np.floating))
 
 
-LATENCY_BOUND_STEP_S = 0.005  # an env step this long pays for its own pipe round trip (about 0.1 ms) many times
+LATENCY_BOUND_STEP_S = 0.005  # an env step this long pays for its own pipe round trip many times over
 
 
 def waits_more_than_computes(step_wall_s: float, step_cpu_s: float) -> bool:
@@ -160,9 +160,9 @@ def action_rows(action: Any, count: int) -> list[Any]:
     return [array[i] for i in range(count)]
 
 
-def writer_prefix(worker_name: str) -> str:
+def worker_prefix(worker_name: str) -> str:
     """What the env id of every fragment a worker of this name cuts starts with, and no other worker's does (the
-    manager names each worker it creates differently): ``<worker_name>.<incarnation>/env<i>``."""
+    manager names each worker it creates differently): ``<worker_name>.<loop id>/env<i>``."""
     return f"{worker_name}."
 
 
@@ -200,13 +200,13 @@ class RolloutLoop:
         self._held: list[EnvResult] = []  # synchronous sampling: results of envs waiting for the next version
         self._released: set[int] = set()  # envs whose held result is back in _ready, its step already closed
         self._video_label: dict[str, Any] | None = None
-        incarnation = uuid.uuid4().hex[:8]  # a recreated worker must never continue an old chain of indices
+        loop_id = uuid.uuid4().hex[:8]  # a recreated worker must never continue an old chain of indices
         self.envs_per_process = envs_per_process or auto_envs_per_process(
             num_envs, batch_size, usable_cores(), recycling=bool(restart_interval))
         self.pool = EnvPool(env_generator, num_envs, step_timeout_s=step_timeout, reset_timeout_s=reset_timeout,
                             restart_interval_s=restart_interval, envs_per_process=self.envs_per_process)
         self.tracks = [
-            _EnvTrack(FragmentCutter(f"{writer_prefix(worker_name)}{incarnation}/env{i}", fragment_length),
+            _EnvTrack(FragmentCutter(f"{worker_prefix(worker_name)}{loop_id}/env{i}", fragment_length),
                       policy.initial_state(1))
             for i in range(num_envs)
         ]

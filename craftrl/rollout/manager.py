@@ -4,20 +4,20 @@ The manager checks its workers every ``health_interval`` seconds and recreates a
 (counted), handing it the latest weights so it does not act with stale ones. A check asks every worker at once
 and waits for the answers until one deadline, so workers that cannot answer (a dead node's) cost it one timeout
 however many they are. A worker that merely answers slowly (a loaded machine) is replaced only after
-``MAX_MISSED_STATUS`` unanswered checks in a row. A worker slot whose fresh workers break ``MAX_FAILED_STARTS``
+``MAX_MISSED_STATUS`` unanswered checks in a row. A worker position whose fresh workers break ``MAX_FAILED_STARTS``
 times in a row before cutting a single fragment is given up (a broken env or policy generator would otherwise be
 retried forever): its error is reported by ``fatal_error`` once no worker is left, and the trainer stops with it.
 
 A new worker that has not answered yet while the cluster has nothing free of what it asks for (its node died, say)
-is not failing to start but waiting to be placed: its slot waits (``rollout/workers_waiting_for_node``) and Ray
+is not failing to start but waiting to be placed: its position waits (``rollout/workers_waiting_for_node``) and Ray
 starts it as soon as a node with those resources joins. What workers on a dead node had cut but not sent is counted
 as ``fragments_lost_with_dead_nodes``. Every worker the manager replaces is named anew, and the sink refuses the
-old one's fragments from then on (``retire_writer``): a node cut off from the network is dead to Ray while its
+old one's fragments from then on (``retire_worker``): a node cut off from the network is dead to Ray while its
 worker runs on, and delivers what it held when the network comes back. Under synchronous sampling the envs of
 the workers that do run then cut a larger share of each iteration (``rollout/fragments_per_env_per_version``), so
 the learner is never left waiting for a worker that is not there; a replaced worker cuts its whole share for the
 version it starts with. The manager's status, which every training iteration's record asks for, does not ask
-the slots waiting for a node or given up either, nor a worker that missed the last health check: it would only
+the positions waiting for a node or given up either, nor a worker that missed the last health check: it would only
 wait out its timeout on them.
 """
 
@@ -30,11 +30,11 @@ import uuid
 from typing import Any, Callable
 
 from craftrl.config.validate import build_config
-from craftrl.rollout.loop import writer_prefix
+from craftrl.rollout.loop import worker_prefix
 from craftrl.rollout.sinks import ReplayBufferSink
 from craftrl.rollout.worker import RolloutWorker, undelivered
-from craftrl.system import (EPISODE_STATISTICS, REPLAY_BUFFER, actor_placed, current_node_id, find,
-                            restarted_by_ray)
+from craftrl.placement import actor_placed, current_node_id, restarted_by_ray
+from craftrl.system import connect
 
 logger = logging.getLogger(__name__)
 MAX_MISSED_STATUS = 3
@@ -54,11 +54,12 @@ class RolloutManager:
         self.config = config
         self.env_generator = env_generator
         self.policy_generator = policy_generator
-        self.sink = fragment_sink if fragment_sink is not None else ReplayBufferSink(find(REPLAY_BUFFER))
-        self.statistics = find(EPISODE_STATISTICS)
+        actors = connect()
+        self.sink = fragment_sink if fragment_sink is not None else ReplayBufferSink(actors.replay)
+        self.statistics = actors.statistics
         self.health_interval = health_interval
         self.workers: list[Any] = []
-        self.worker_names: dict[int, str] = {}  # worker slot -> the name of its current worker
+        self.worker_names: dict[int, str] = {}  # worker position -> the name of its current worker
         self.recreated = 0
         # (node, fragments cut but not sent) of each worker that died, from its last status; split by whether its
         # node died when the accounting is read, since a node's death reaches Ray's GCS seconds after its actors'
@@ -67,10 +68,10 @@ class RolloutManager:
         self.latest_weights: tuple[int, list[Any]] | None = None
         self.last_status: list[dict[str, Any]] = []
         self.missed: dict[int, int] = {}
-        self.failed_starts: dict[int, int] = {}  # worker slot -> fresh workers in a row that broke unproductive
-        self.given_up: dict[int, str] = {}  # worker slot -> the error that made the manager give up
-        self.waiting_for_node: dict[int, Any] = {}  # worker slot -> its first unanswered status call
-        self.answered: set[int] = set()  # slots whose current worker has answered a status call
+        self.failed_starts: dict[int, int] = {}  # worker position -> fresh workers in a row that broke unproductive
+        self.given_up: dict[int, str] = {}  # worker position -> the error that made the manager give up
+        self.waiting_for_node: dict[int, Any] = {}  # worker position -> its first unanswered status call
+        self.answered: set[int] = set()  # positions whose current worker has answered a status call
         self.share_sent: int | None = None  # synchronous sampling: the per-env share every worker was last told
         self.retired = dict.fromkeys(CUMULATIVE_KEYS, 0.0)  # counters of replaced workers, so totals never drop
         self._started = time.monotonic()
@@ -107,10 +108,10 @@ class RolloutManager:
             worker.update_weights.remote(int(version), list(refs))
 
     def request_video(self, iteration: int, version: int) -> None:
-        """Ask one running worker, in turn by iteration, to record its next episode (a slot waiting for a node or
+        """Ask one running worker, in turn by iteration, to record its next episode (a position waiting for a node or
         given up would record it late or never)."""
         with self._lock:
-            absent = self._absent_slots()
+            absent = self._absent_positions()
             running = [worker for index, worker in enumerate(self.workers) if index not in absent]
         if running:
             running[iteration % len(running)].request_video.remote({"iteration": iteration, "version": version})
@@ -154,9 +155,9 @@ class RolloutManager:
         import ray
 
         workers, statuses = self._workers_and_statuses()
-        # asking these would only wait out the timeout: slots waiting for a node or given up, and workers that did not
-        # answer the last health check (a hung node's), until they answer one again
-        silent = self._absent_slots() | {i for i, n in list(self.missed.items()) if n}
+        # asking these would only wait out the timeout: positions waiting for a node or given up, and workers that
+        # did not answer the last health check (a hung node's), until they answer one again
+        silent = self._absent_positions() | {i for i, n in list(self.missed.items()) if n}
         refs = {index: worker.status.remote() for index, worker in enumerate(workers) if index not in silent}
         ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout)
         for index, ref in refs.items():
@@ -167,8 +168,8 @@ class RolloutManager:
                     pass  # the health thread replaces it
         self.last_status = statuses
 
-    def _absent_slots(self) -> set[int]:
-        """Slots without a running worker: waiting for a node, or given up."""
+    def _absent_positions(self) -> set[int]:
+        """Positions without a running worker: waiting for a node, or given up."""
         return set(self.waiting_for_node) | set(self.given_up)
 
     def _workers_and_statuses(self) -> tuple[list[Any], list[dict[str, Any]]]:
@@ -204,9 +205,9 @@ class RolloutManager:
             self._monitor.join(timeout=min(30.0, timeout / 3))
         timeout = max(timeout - (time.monotonic() - started), 1.0)
         workers, statuses = self._workers_and_statuses()
-        # Slots given up on were retired (counted) already; their dead workers have nothing left to say, and a
+        # Positions given up on were retired (counted) already; their dead workers have nothing left to say, and a
         # worker still waiting for a node never started.
-        gone = self._absent_slots()
+        gone = self._absent_positions()
         for index in self.waiting_for_node:
             ray.kill(workers[index], no_restart=True)  # so it does not start when a node joins after the run
         workers = [w for i, w in enumerate(workers) if i not in gone]
@@ -335,7 +336,7 @@ class RolloutManager:
         self.share_sent = share
 
     def _replace(self, index: int, worker: Any, last_status: dict[str, Any]) -> None:
-        """Retire ``worker`` and start a new one in its slot, keeping the run's counters whole.
+        """Retire ``worker`` and start a new one in its position, keeping the run's counters whole.
 
         A broken worker whose process still answers is stopped first: it delivers what it already cut and
         its final counters are exact. Only a dead one is counted from its last status, and what it had cut
@@ -369,8 +370,8 @@ class RolloutManager:
         return {node["NodeID"] for node in ray.nodes() if node["Alive"]}
 
     def _retire(self, index: int, worker: Any, last_status: dict[str, Any]) -> None:
-        """Stop (or count from ``last_status`` when it is dead) and kill slot ``index``'s ``worker``, adding its
-        counters to the run's, then have the sink refuse whatever it still sends. A worker on a node cut off from
+        """Stop (or count from ``last_status`` when it is dead) and kill the ``worker`` at position ``index``, adding
+        its counters to the run's, then have the sink refuse whatever it still sends. A worker on a node cut off from
         the network is dead to Ray, but runs on and delivers what it held once the network is back (until its
         node learns it was given up and stops, seconds later), beside its replacement; what it had not sent at
         its last status is booked as lost already."""
@@ -388,7 +389,7 @@ class RolloutManager:
         except Exception:
             pass
         try:
-            self.sink.retire_writer(writer_prefix(self.worker_names[index]))
+            self.sink.retire_worker(worker_prefix(self.worker_names[index]))
         except Exception as error:
             logger.warning("rollout worker %d: the sink could not be told to refuse its fragments from now on: %s",
                            index, error)

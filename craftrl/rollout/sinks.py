@@ -3,8 +3,8 @@
 A sink is built in the manager, pickled into the worker actor, and ``open``-ed inside the sender thread
 (an LMDB writer holds handles that cannot be pickled or shared across threads). ``send`` takes the fragments
 that were waiting together in the worker's send queue, oldest first, so a sink can deliver them in one call.
-``retire_writer`` is the manager's: once it has replaced a worker, the sink refuses what that worker still
-sends (fragments whose env id starts with the worker's prefix, ``craftrl.rollout.loop.writer_prefix``).
+``retire_worker`` is the manager's: once it has replaced a worker, the sink refuses what that worker still
+sends (fragments whose env id starts with the worker's prefix, ``craftrl.rollout.loop.worker_prefix``).
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ class FragmentSink(Protocol):
     def open(self) -> None: ...
     def send(self, fragments: list[Fragment]) -> None: ...
     def close(self) -> None: ...
-    def retire_writer(self, prefix: str) -> None: ...
+    def retire_worker(self, prefix: str) -> None: ...
 
 
 class ActorSink:
-    """Any actor with ``add_fragment(fragment)`` and ``retire_writer(prefix)`` methods; an ``add_fragment`` call
+    """Any actor with ``add_fragment(fragment)`` and ``retire_worker(prefix)`` methods; an ``add_fragment`` call
     is awaited (that is the backpressure)."""
 
     def __init__(self, handle: Any):
@@ -40,10 +40,10 @@ class ActorSink:
     def close(self) -> None:
         pass
 
-    def retire_writer(self, prefix: str) -> None:
+    def retire_worker(self, prefix: str) -> None:
         import ray
 
-        ray.get(self.handle.retire_writer.remote(prefix), timeout=30)
+        ray.get(self.handle.retire_worker.remote(prefix), timeout=30)
 
 
 class ReplayBufferSink:
@@ -70,10 +70,10 @@ class ReplayBufferSink:
             self._writer.close()
             self._writer = None
 
-    def retire_writer(self, prefix: str) -> None:
+    def retire_worker(self, prefix: str) -> None:
         import ray
 
-        ray.get(self.buffer.retire_writer.remote(prefix), timeout=30)
+        ray.get(self.buffer.retire_worker.remote(prefix), timeout=30)
 
     def __getstate__(self) -> dict[str, Any]:
         return {"buffer": self.buffer, "_writer": None}

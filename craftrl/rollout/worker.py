@@ -33,7 +33,8 @@ from craftrl.replay.index import too_stale
 from craftrl.rollout.fragment import Fragment
 from craftrl.rollout.loop import EpisodeRecord, RolloutLoop
 from craftrl.rollout.video import video_filename, write_mp4_in_background
-from craftrl.system import METRICS, current_node_id, find
+from craftrl.placement import current_node_id
+from craftrl.system import METRICS, find
 from craftrl.weights import NewestWeights
 
 logger = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import torch
 
-from craftrl.system import current_node_id, on_node
+from craftrl.placement import current_node_id, on_node
 from craftrl.train.checkpoint import (STATE_FILE, TrainingState, apply_retention, checkpoint_payload, load_checkpoint,
                                       resolve_resume, write_checkpoint)
 

@@ -9,7 +9,7 @@ Per iteration, on every rank:
 3. rank 0: publish the new weights (:mod:`craftrl.weights`, not awaited), tell the buffer the new version,
    request a video when due, log metrics, save a checkpoint when due.
 
-One ``fit()`` per run because starting Ray Train costs 10-16 s on 2 cores; ``num_workers=0`` is Ray
+One ``fit()`` per run because starting Ray Train takes seconds; ``num_workers=0`` is Ray
 Train's local mode, which runs this same loop in the driver process.
 """
 
@@ -76,7 +76,7 @@ class _Run:
         import ray.train
 
         from craftrl.replay.reader import ReaderPool
-        from craftrl.system import EPISODE_STATISTICS, METRICS, REPLAY_BUFFER, ROLLOUT_MANAGER, find
+        from craftrl.system import connect
 
         self.online = build_config(loop_config["online"])
         self.config_yaml = config_to_yaml(self.online)
@@ -114,9 +114,8 @@ class _Run:
             if self._payload.get("scaler"):
                 self.learner.scaler.load_state_dict(self._payload["scaler"])
         self.generator = torch.Generator().manual_seed(self.online.seed * 7919 + self.rank + self.state.iteration)
-        self.replay = find(REPLAY_BUFFER)
-        self.manager = find(ROLLOUT_MANAGER)
-        self.statistics = find(EPISODE_STATISTICS)
+        actors = connect()
+        self.replay, self.manager, self.statistics = actors.replay, actors.manager, actors.statistics
         if self.replay is None:
             raise RuntimeError("no replay buffer actor is running: call start_rolloutmanager before start_trainer")
         self.readers = ReaderPool(self.replay, num_readers=reader_actors(train.num_readers, self.replay),
@@ -126,8 +125,7 @@ class _Run:
         half = self.online.rollout_config.weights_dtype == "float16"
         parameters = [name for name, _ in self.learner.policy.named_parameters()] if half else []
         self.publisher = WeightPublisher(self.manager, half_precision=parameters) if self.rank == 0 else None
-        sink = find(METRICS)
-        self.metrics = MetricsClient(sink) if sink is not None and self.rank == 0 else None
+        self.metrics = MetricsClient(actors.metrics) if actors.metrics is not None and self.rank == 0 else None
         self.started = time.monotonic()
         # A resumed run's counters continue from the checkpoint: the new rollout side counts from 0.
         self.env_steps_before = self.state.env_steps
@@ -309,7 +307,7 @@ def run_trainer(policy_generator: Callable[[], Any], online_config: dict[str, An
                                 resources_per_worker=resources if train.num_workers > 0 else None)
     finally:
         ray_config_logger.setLevel(level)
-    from craftrl.system import current_node_id
+    from craftrl.placement import current_node_id
 
     trainer = TorchTrainer(
         train_loop_per_worker,

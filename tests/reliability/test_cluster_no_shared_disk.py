@@ -24,8 +24,8 @@ from craftrl.testing.simulated_nodes import (NodeLink, RolloutNode, mount_namesp
 pytestmark = pytest.mark.ray
 
 # Ray declares a node dead after 5 failed health checks; with a check every second and a 2-s deadline the cut-off
-# worker's slot waited for a node 31 s after the cut, with Ray's defaults 80 s, and a crashed node's 21 s against 28 s
-# (one run each): shorter tests
+# worker's position waited for a node 31 s after the cut, with Ray's defaults 80 s, and a crashed node's 21 s against
+# 28 s (one run each): shorter tests
 QUICK_HEALTH_CHECKS = {"health_check_period_ms": 1000, "health_check_timeout_ms": 2000,
                        "health_check_failure_threshold": 5}
 
@@ -91,15 +91,15 @@ def _assert_the_lost_node_is_accounted_for(runs: Path, stdout: Path) -> str:
                                         accounting).groups()]
     assert counts[0] == sum(counts[1:]) and re.search(r"unaccounted 0\b", accounting), accounting
     assert counts[4] == 0, "the lost node's worker is booked under the node's loss, not as a replaced worker"
-    retired = last_metrics(runs, having="replay/retired_writers")["replay/retired_writers"]
+    retired = last_metrics(runs, having="replay/retired_workers")["replay/retired_workers"]
     assert retired == metrics["rollout/workers_recreated"], "the buffer refuses each replaced worker from then on"
     return accounting
 
 
 def test_rollout_nodes_without_the_drivers_disk_train_through_the_object_store_and_outlive_one_of_them(tmp_path):
     """The learner on the head, rollout workers on two rollout nodes that cannot see the run directory: they
-    train through Ray's object store. Then one rollout node dies: its worker's slot waits for a node while the
-    run trains on with the other, a node that joins takes the slot back, and the fragments the dead node held are
+    train through Ray's object store. Then one rollout node dies: its worker's position waits for a node while the
+    run trains on with the other, a node that joins takes the position back, and the fragments the dead node held are
     counted. The driver's disk has the run's outputs; the rollout nodes' view of the run root stays empty."""
     from ray.util.state import list_actors
 
@@ -117,13 +117,13 @@ def test_rollout_nodes_without_the_drivers_disk_train_through_the_object_store_a
         actors = list_actors(address=cluster.address, detail=True, limit=1000, raise_on_missing_output=False)
         before_crash = placements(log)
         nodes[1].crash()
-        wait_for("the lost worker's slot waiting for a node",
+        wait_for("the lost worker's position waiting for a node",
                   lambda: last_metrics(runs).get("rollout/workers_waiting_for_node") == 1.0)
         before = last_metrics(runs)["train/iteration"]
         wait_for("training on with the other node", lambda: last_metrics(runs)["train/iteration"] >= before + 2)
         nodes.append(RolloutNode(cluster.address, {"rollout_node": 1}, runs, tmp_path / "view-c", range(23000, 23200)))
         joined = wait_for_nodes(cluster.address, 3, nodes[-1:]) - {head}
-        wait_for("the slot back on the new node", lambda: last_metrics(runs).get("rollout/workers_waiting_for_node")
+        wait_for("the position back on the new node", lambda: last_metrics(runs).get("rollout/workers_waiting_for_node")
                   == 0.0 and len({record["node"] for record in placements(log)} & joined) == 2)
     assert process.returncode == 130, stderr.read_text()[-4000:]
 
@@ -165,7 +165,7 @@ def test_a_rollout_node_keeps_loading_weights_over_a_slow_link_and_is_given_up_w
     """Rollout node b first reaches the cluster over a slow link, where each version of the weights takes longer to
     arrive than the learner takes to publish the next: its worker still loads one version after another. Then b
     loses its network while every process on it runs on (a partition, not a crash). Ray declares it dead, its
-    worker's slot waits for a node and the run trains on with node a. When the network comes back, node b learns
+    worker's position waits for a node and the run trains on with node a. When the network comes back, node b learns
     it was declared dead and stops with every process it ran (the rollout worker's env processes too), without
     disturbing the run; the fragments it had cut are accounted for."""
     reason = nodes_behind_links_work()
@@ -188,7 +188,7 @@ def test_a_rollout_node_keeps_loading_weights_over_a_slow_link_and_is_given_up_w
         link.speed_up()
         env_processes = [line for line in link.processes() if "spawn_main" in line]
         link.cut()
-        wait_for("the cut-off worker's slot waiting for a node",
+        wait_for("the cut-off worker's position waiting for a node",
                   lambda: last_metrics(runs).get("rollout/workers_waiting_for_node") == 1.0)
         before = last_metrics(runs)["train/iteration"]
         wait_for("training on with node a", lambda: last_metrics(runs)["train/iteration"] >= before + 2)

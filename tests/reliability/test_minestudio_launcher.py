@@ -28,7 +28,7 @@ ENVIRONMENT = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "WANDB_MODE": "offl
 # A second driver: finds the detached rollout actors the launcher left and stops them, with their accounting.
 STOP_DETACHED = textwrap.dedent("""
     import json, sys, ray
-    from craftrl.rollout.start import stop_rollout_system
+    from craftrl.system import stop_rollout_system
     from craftrl.system import EPISODE_STATISTICS, REPLAY_BUFFER, ROLLOUT_MANAGER, find
     ray.init(address=sys.argv[1], namespace="craftrl", log_to_driver=False)
     alive = [name for name in (ROLLOUT_MANAGER, REPLAY_BUFFER, EPISODE_STATISTICS) if find(name) is not None]

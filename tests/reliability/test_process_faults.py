@@ -440,8 +440,7 @@ def in_process_tiny_config(tmp_path: Path, num_iterations: int):
 
 
 def test_nan_in_the_loss_skips_exactly_those_optimiser_steps_and_training_goes_on(ray_session, tmp_path: Path):
-    from craftrl.api import start_metrics_sink
-    from craftrl.rollout.start import start_rollout_system, stop_rollout_system
+    from craftrl.system import start_metrics_sink, start_rollout_system, stop_rollout_system
     from craftrl.train.trainer import run_trainer
 
     config = in_process_tiny_config(tmp_path, num_iterations=5)

@@ -24,7 +24,7 @@ from config_fixtures.tiny import tiny_online
 from craftrl.config import build_config
 from craftrl.config.loading import config_to_dict
 from craftrl.testing.scripted_env import ScriptedEnv
-from craftrl.rollout.start import start_rollout_system, stop_rollout_system
+from craftrl.system import start_rollout_system, stop_rollout_system
 from craftrl.train.trainer import run_trainer
 
 pytestmark = pytest.mark.ray

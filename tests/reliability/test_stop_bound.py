@@ -10,8 +10,7 @@ import time
 
 import pytest
 
-from craftrl.rollout.start import REPLAY_FINAL_S, stop_rollout_system
-from craftrl.system import REPLAY_BUFFER, ROLLOUT_MANAGER
+from craftrl.system import REPLAY_BUFFER, REPLAY_FINAL_S, ROLLOUT_MANAGER, stop_rollout_system
 
 pytestmark = pytest.mark.ray
 

@@ -30,7 +30,7 @@ def test_write_sample_read_version_and_corruption_through_the_actor(ray_session,
     with pytest.raises(TimeoutError, match="only 0 fresh chunks"):
         ray.get(buffer.sample_chunks.remote(1, timeout_s=0.2))
 
-    writer = ReplayWriter.connect(name)
+    writer = ReplayWriter(ray.get_actor(name))
     originals = {}
     for env in ("a", "b", "c"):
         for index in range(2):
@@ -87,7 +87,7 @@ def test_a_batch_of_fragments_is_registered_in_one_call_in_its_order(ray_session
     arrives after a later one of the same env, so a batch registered out of order would lose fragments."""
     ray = ray_session
     name, buffer = _small_buffer(tmp_path)
-    writer = ReplayWriter.connect(name)
+    writer = ReplayWriter(ray.get_actor(name))
     calls = []
     handle_method = writer._buffer.add_fragments
 
@@ -138,9 +138,9 @@ def test_a_writer_off_the_stores_node_sends_its_records_through_the_actor(ray_se
     name, buffer = _small_buffer(tmp_path)
     layout = ray.get(buffer.layout.remote())
     assert layout.node_id == ray.get_runtime_context().get_node_id()
-    local = ReplayWriter.connect(name)
+    local = ReplayWriter(ray.get_actor(name))
     assert local.direct, "a writer on the store's node writes LMDB itself"
-    writer = ReplayWriter.connect(name, direct=False)
+    writer = ReplayWriter(ray.get_actor(name), direct=False)
     assert writer._store is None
     fragments = [make_fragment(env_id=env, index=index, seed=index) for index in range(2) for env in ("a", "b")]
     metas = writer.add_fragments(fragments)
@@ -162,7 +162,7 @@ def test_a_writer_off_the_stores_node_sends_its_records_through_the_actor(ray_se
 def test_paced_writers_wait_for_the_trainer_and_are_released_at_stop(ray_session, tmp_path):
     """max_unsampled_chunks 2: a fragment is taken only while fewer than 2 chunks await their first sample, and a
     call is answered once all of its fragments are taken; a sample, a version update that leaves chunks stale, or
-    release_writers lets held calls go on."""
+    release_workers lets held calls go on."""
     ray = ray_session
     settings = BufferSettings(max_chunks=8, max_reuse=1, max_staleness=1, max_unsampled_chunks=2,
                               store=StoreSettings(path=str(tmp_path / "db"), num_shards=1, max_fragment_bytes=1 << 16))
@@ -192,11 +192,11 @@ def test_paced_writers_wait_for_the_trainer_and_are_released_at_stop(ray_session
     assert answered(register((6, "f"), (7, "g"), version=2), 5.0)
     held = register((8, "h"), version=2)
     assert not answered(held, 0.5)
-    ray.get(buffer.release_writers.remote())
+    ray.get(buffer.release_workers.remote())
     assert answered(held, 5.0)
     assert answered(register((9, "i"), version=2), 5.0)  # released for good
     metrics = ray.get(buffer.metrics.remote())
-    assert metrics["replay/unsampled_chunks"] == 4 and metrics["replay/writer_wait_s"] >= 1.5
+    assert metrics["replay/unsampled_chunks"] == 4 and metrics["replay/worker_wait_s"] >= 1.5
     counts = ray.get(buffer.accounting.remote())
     assert counts["added"] == 9 and counts["unaccounted"] == 0
     ray.kill(buffer)

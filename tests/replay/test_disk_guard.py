@@ -87,7 +87,7 @@ def test_a_buffer_whose_full_store_would_not_fit_stops_the_trainer_with_one_line
                                                       max_fragment_bytes=32 * 1024))
         name = f"replay-{uuid.uuid4().hex[:8]}"
         buffer = start_replay_buffer(settings, name=name)
-        writer = ReplayWriter.connect(name)
+        writer = ReplayWriter(ray.get_actor(name))
         for index in range(FIRST_CHECK_AFTER // 2):
             writer.add_fragments([make_fragment(env_id=env, index=index, seed=index) for env in ("a", "b")])
         writer.flush()

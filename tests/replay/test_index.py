@@ -69,19 +69,19 @@ def test_stale_and_repeated_fragments_are_refused_on_arrival():
     assert (counts["removed_stale_on_arrival"], counts["removed_out_of_order"], counts["in_chunks"]) == (1, 1, 1)
 
 
-def test_a_retired_writer_is_refused_from_then_on_and_what_it_delivered_before_stays():
+def test_a_retired_worker_is_refused_from_then_on_and_what_it_delivered_before_stays():
     policy = ReplayIndex(max_chunks=8)
     policy.add(meta(0, "w1-a1.ab/env0", 0))
-    policy.retire_writer("w1-a1.")
+    policy.retire_worker("w1-a1.")
     policy.add(meta(1, "w1-a1.ab/env0", 1))  # the replaced worker delivers late
     policy.add(meta(2, "w1-a1.ab/env1", 0))
     policy.add(meta(3, "w1-c2.cd/env0", 0))  # its replacement
     policy.add(meta(4, "w1-a10.ef/env0", 0))  # another writer whose name merely begins alike
     counts = policy.accounting()
-    assert (counts["removed_from_retired_writer"], counts["in_chunks"], counts["unaccounted"]) == (2, 3, 0)
+    assert (counts["removed_from_retired_worker"], counts["in_chunks"], counts["unaccounted"]) == (2, 3, 0)
     assert sorted(policy.take_deletable()) == [1, 2]
-    with pytest.raises(ValueError, match="retire_writer: expected a non-empty env id prefix"):
-        policy.retire_writer("")
+    with pytest.raises(ValueError, match="retire_worker: expected a non-empty env id prefix"):
+        policy.retire_worker("")
 
 
 def test_reports_are_due_every_fragments_per_report_and_metrics_are_named():

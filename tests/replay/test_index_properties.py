@@ -53,16 +53,16 @@ def run(limit_values: dict, operations: list) -> list:
             next_index[env] += step
             fragment_id = len(added_ids)
             added_ids.append(fragment_id)
-            refused_before = policy.accounting()["removed_from_retired_writer"]
+            refused_before = policy.accounting()["removed_from_retired_worker"]
             policy.add(FragmentMeta(fragment_id, env, next_index[env], policy.version - lag))
             after = policy.chunk_ids()
             evicted = [c for c in before if c not in after]
             assert evicted == before[: len(evicted)], "capacity eviction must take the oldest chunks first"
-            refused = policy.accounting()["removed_from_retired_writer"] - refused_before
+            refused = policy.accounting()["removed_from_retired_worker"] - refused_before
             assert refused == (env in retired), "a retired writer's fragments, and only theirs, are refused"
             assert not refused or after == before
         elif op[0] == "retire":
-            policy.retire_writer(op[1])
+            policy.retire_worker(op[1])
             retired.add(op[1])
             assert policy.chunk_ids() == before, "retiring a writer keeps what it delivered before"
         elif op[0] == "sample":

@@ -29,7 +29,7 @@ def apply(policy, operation, next_index: Counter, counter: list[int]):
     if kind == "version":
         return policy.update_version(_version(policy) + operation[1])
     if kind == "retire":
-        return policy.retire_writer(operation[1])
+        return policy.retire_worker(operation[1])
     return policy.remove_fragments([operation[1] % max(counter[0], 1)], "corrupt")
 
 

@@ -20,8 +20,9 @@ from craftrl.rollout.worker import RolloutWorker
 from craftrl.rollout.episode_stats import EpisodeStatistics
 from craftrl.rollout.sinks import ActorSink
 from craftrl.testing.counting_policy import CountingPolicy, counting_policy_generator
-from craftrl.rollout.loop import writer_prefix
-from craftrl.system import EPISODE_STATISTICS, actor_placed
+from craftrl.rollout.loop import worker_prefix
+from craftrl.placement import actor_placed
+from craftrl.system import EPISODE_STATISTICS
 
 pytestmark = pytest.mark.ray
 
@@ -41,10 +42,10 @@ class CollectingSink:
             self.fragments.append(fragment)
         return len(self.fragments)
 
-    def retire_writer(self, prefix):
+    def retire_worker(self, prefix):
         self.retired.append(prefix)
 
-    def retired_writers(self):
+    def retired_workers(self):
         return list(self.retired)
 
     def set_open(self, value: bool):
@@ -154,11 +155,11 @@ def test_manager_broadcasts_weights_recreates_dead_workers_and_records_video(ray
     # a killed worker is noticed, recreated with the latest weights, and production continues
     victim = ray.get(manager.worker_handles.remote())[0]
     victim_name = ray.get(victim.status.remote())["name"]
-    wait_until(lambda: any(r[0].startswith(writer_prefix(victim_name)) for r in ray.get(sink.summary.remote())))
+    wait_until(lambda: any(r[0].startswith(worker_prefix(victim_name)) for r in ray.get(sink.summary.remote())))
     ray.kill(victim, no_restart=True)
     wait_until(lambda: ray.get(manager.status.remote())["rollout/workers_recreated"] >= 1)
-    assert ray.get(sink.retired_writers.remote()) == [writer_prefix(victim_name)], "the sink refuses it from now on"
-    assert any(r[0].startswith(writer_prefix(victim_name)) for r in ray.get(sink.summary.remote()))
+    assert ray.get(sink.retired_workers.remote()) == [worker_prefix(victim_name)], "the sink refuses it from now on"
+    assert any(r[0].startswith(worker_prefix(victim_name)) for r in ray.get(sink.summary.remote()))
     before = len(ray.get(sink.summary.remote()))
     wait_until(lambda: len(ray.get(sink.summary.remote())) >= before + 6)
     recent = ray.get(sink.summary.remote())[before:]
@@ -184,7 +185,7 @@ def test_manager_broadcasts_weights_recreates_dead_workers_and_records_video(ray
 def test_workers_no_node_can_host_are_found_in_one_check_and_hold_up_neither_status_nor_videos(ray_session, tmp_path):
     """Three workers of 3 CPUs on Ray's 4: one runs, and one health check (one status timeout, not one per worker)
     finds the other two waiting for a node. The manager's status then does not wait for their answers, nor for the
-    running one's once it stops answering, and a video requested in a waiting slot's turn is recorded by the
+    running one's once it stops answering, and a video requested in a waiting position's turn is recorded by the
     worker that runs."""
     ray = ray_session
     sink = ray.remote(CollectingSink).remote()
@@ -205,7 +206,7 @@ def test_workers_no_node_can_host_are_found_in_one_check_and_hold_up_neither_sta
         status = ray.get(manager.status.remote())  # fresh: asks the worker that runs
         assert time.monotonic() - started < 2.5, "the status waited out its 5-s timeout on the waiting workers"
         assert status["rollout/workers_waiting_for_node"] == 2
-        ray.get(manager.request_video.remote(1, 0))  # slot 1's turn, and slot 1 waits for a node
+        ray.get(manager.request_video.remote(1, 0))  # position 1's turn, and position 1 waits for a node
         assert wait_until(lambda: list((tmp_path / "videos").glob("iter000001-v0-*.mp4")), timeout=30)
 
         # the running worker stops answering (a hung node): once a health check has missed it (10 s), the status

@@ -11,7 +11,7 @@ import pytest
 from craftrl.config import build_config
 from craftrl.testing.scripted_env import ScriptedEnv
 from craftrl.replay.reader import ChunkReader
-from craftrl.rollout.start import start_rollout_system, stop_rollout_system
+from craftrl.system import start_rollout_system, stop_rollout_system
 from craftrl.testing.counting_policy import counting_policy_generator
 from craftrl.system import ROLLOUT_MANAGER
 

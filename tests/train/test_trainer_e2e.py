@@ -8,10 +8,10 @@ import pytest
 import torch
 from config_fixtures import tiny
 
-from craftrl.api import start_metrics_sink
+from craftrl.system import start_metrics_sink
 from craftrl.config import build_config
 from craftrl.config.loading import config_to_dict
-from craftrl.rollout.start import start_rollout_system, stop_rollout_system
+from craftrl.system import start_rollout_system, stop_rollout_system
 from craftrl.train.checkpoint import list_checkpoints, load_checkpoint
 from craftrl.train.trainer import run_trainer
 
