@@ -26,6 +26,7 @@ import os
 import statistics
 import time
 from pathlib import Path
+from typing import Any, Callable
 
 import torch
 
@@ -42,9 +43,12 @@ RESULTS = Path(__file__).resolve().parent / "results" / "learner_step.md"
 TASK = "crafter/cows"
 
 
-def collect_fragments(policy: torch.nn.Module, count: int, length: int, num_envs: int, batch_size: int) -> list:
+def collect_fragments(policy: torch.nn.Module, count: int, length: int, num_envs: int, batch_size: int,
+                      make_env: Callable[[], Any] | None = None) -> list:
+    """``count`` fragments of ``length`` steps of ``make_env``'s env (the cows task by default), cut by the
+    ``RolloutLoop`` with ``policy`` acting."""
     fragments: list = []
-    loop = RolloutLoop(env_generator(TASK), policy, num_envs=num_envs, batch_size=batch_size,
+    loop = RolloutLoop(make_env or env_generator(TASK), policy, num_envs=num_envs, batch_size=batch_size,
                        fragment_length=length, emit=fragments.append)
     try:
         while len(fragments) < count:
