@@ -58,6 +58,20 @@ def collect_fragments(policy: torch.nn.Module, count: int, length: int, num_envs
     return fragments[:count]
 
 
+def one_iteration_of(config_module: Any, make_env: Callable[[], Any] | None = None) -> tuple[Any, torch.nn.Module, list]:
+    """A config module's train config, its policy (seed 0) and one iteration's worth of fragments that policy cut,
+    with torch given the learner's threads as in a run."""
+    online = build_config(config_module.online_dict)
+    train, worker = online.train_config, online.rollout_config.worker_config
+    torch.set_num_threads(int(train.num_cpus_per_worker))
+    torch.manual_seed(0)
+    policy = config_module.policy_generator()
+    count = train.batch_size_per_gpu * train.batches_per_iteration
+    fragments = collect_fragments(policy, count, online.rollout_config.fragment_length, worker.num_envs,
+                                  worker.batch_size, make_env)
+    return train, policy, fragments
+
+
 def seconds_per_iteration(policy: torch.nn.Module, config, fragments: list, iteration: int,
                           repeats: int) -> tuple[float, bool]:
     """Median wall seconds of ``repeats`` iterations (after one warm-up, which holds 'auto''s probe), each on the
@@ -75,14 +89,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    online = build_config(default_config.online_dict)
-    train, worker = online.train_config, online.rollout_config.worker_config
-    torch.set_num_threads(int(train.num_cpus_per_worker))
-    torch.manual_seed(0)
-    policy = default_config.policy_generator()
-    count = train.batch_size_per_gpu * train.batches_per_iteration
-    fragments = collect_fragments(policy, count, online.rollout_config.fragment_length, worker.num_envs,
-                                  worker.batch_size)
+    train, policy, fragments = one_iteration_of(default_config)
     load_before = os.getloadavg()[0]
     phases = {"whole-batch (first iterations)": 0, "sequence minibatches (later)": train.whole_batch_iterations}
     rows, speedups = [], {}

@@ -41,12 +41,11 @@ from typing import Callable
 os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="score_learner_inductor_")  # compile from scratch
 import torch  # noqa: E402
 
-from craftrl.config.validate import build_config  # noqa: E402
 from craftrl.configs import crafter_score  # noqa: E402
 from craftrl.train.learner import PPOLearner  # noqa: E402
 from craftrl.utils.hardware import native_cpu_bf16_flags  # noqa: E402
 from headlines import finish, headline  # noqa: E402  (bench scripts share helpers by plain import)
-from learner_step import collect_fragments  # noqa: E402
+from learner_step import one_iteration_of  # noqa: E402
 from machine import describe_machine  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "score_learner.md"
@@ -83,14 +82,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--write-results", action="store_true", help="rewrite bench/results/score_learner.md")
     args = parser.parse_args()
-    online = build_config(crafter_score.online_dict)
-    train, worker = online.train_config, online.rollout_config.worker_config
-    torch.set_num_threads(int(train.num_cpus_per_worker))
-    torch.manual_seed(0)
-    policy = crafter_score.policy_generator()
-    count = train.batch_size_per_gpu * train.batches_per_iteration
-    fragments = collect_fragments(policy, count, online.rollout_config.fragment_length, worker.num_envs,
-                                  worker.batch_size, crafter_score.env_generator)
+    train, policy, fragments = one_iteration_of(crafter_score, crafter_score.env_generator)
     load_before = os.getloadavg()[0]
     float32, bf16 = dataclasses.replace(train, cpu_bf16=False), dataclasses.replace(train, cpu_bf16=True)
     variants = {TODAY: (train, lambda p: p), "float32": (float32, lambda p: p),
