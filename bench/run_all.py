@@ -26,7 +26,7 @@ from headlines import FIGURE, Headline, from_match, read_headlines  # noqa: E402
 
 # Order matters only for reading: raw env speed first, then the parts, then end-to-end comparisons.
 SCRIPTS = [["env_throughput.py"], ["policy_inference.py"], ["learner_step.py"],
-           ["score_learner.py", "--write-results"],  # the Crafter-score learner under bf16 and torch.compile: ~10 min
+           ["score_learner.py", "--write-results"],  # the Crafter-score learner under bf16 and torch.compile: ~4 min
            ["replay_bytes.py"],
            ["sampler.py", "--policy", "counting"], ["sampler.py"],
            ["latency_bound.py"],  # 64 Minecraft-timed envs: about 4 minutes

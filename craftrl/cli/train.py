@@ -35,6 +35,7 @@ def train_command(loaded: LoadedConfig) -> int:
         config = _with_resume_checkpoint(config, resume)
         loaded = dataclasses.replace(loaded, online=config)
     probe = preflight(loaded)  # env, policy, GPUs and an explicit resume path, before anything starts
+    task_metrics = probe.task_metrics if probe else ()  # the env's declared ones: progress line and curve.png
     if probe is not None:
         config = _with_envs_per_process(_with_fragment_bound(config, probe.raw_fragment_bytes), probe)
         loaded = dataclasses.replace(loaded, online=config)
@@ -63,7 +64,7 @@ def train_command(loaded: LoadedConfig) -> int:
         sink = start_metrics_sink(str(run_dir.root), config)
         api.start_rolloutmanager(loaded.policy_generator, loaded.env_generator, config)
         api.start_trainer(loaded.policy_generator, loaded.env_generator, config, whole_config=loaded.source_text,
-                          run_dir=str(run_dir.root), task_metrics=probe.task_metrics if probe else ())
+                          run_dir=str(run_dir.root), task_metrics=task_metrics)
     except KeyboardInterrupt:
         interrupted = True
         print("craftrl: interrupted; stopping rollout workers and env processes", file=sys.stderr, flush=True)
@@ -95,7 +96,7 @@ def train_command(loaded: LoadedConfig) -> int:
     try:
         from craftrl.cli.plot import plot_runs
 
-        curve = plot_runs([run_dir.root], run_dir.root / "curve.png", probe.task_metrics if probe else ())
+        curve = plot_runs([run_dir.root], run_dir.root / "curve.png", task_metrics)
         print(f"craftrl:   learning curve: {curve}")
     except Exception as error:  # a plot is a convenience; the run's results are already on disk
         print(f"craftrl:   no learning curve ({error})")

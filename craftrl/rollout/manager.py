@@ -48,8 +48,8 @@ class RolloutManager:
 
     def __init__(self, env_generator: Callable[[], Any], policy_generator: Callable[[], Any],
                  config: dict[str, Any], fragment_sink: Any = None, health_interval: float = 2.0):
-        """``fragment_sink`` None: the run's replay buffer. It and the episode statistics are found by name, not
-        passed in: Ray cannot promise a restarted actor the actor handles its creation received (ray#53727)."""
+        """``fragment_sink`` None: the run's replay buffer. It and the episode statistics are found through
+        :func:`craftrl.system.connect` (the module says why by name)."""
         self.online = build_config(config)
         self.config = config
         self.env_generator = env_generator
