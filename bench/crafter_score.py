@@ -6,9 +6,10 @@ scores each run's ``episodes.jsonl`` the way the Crafter paper does (Hafner, 202
 of Agent Capabilities"): an achievement's success rate is the share of the training episodes in which it was
 unlocked at least once, and the score is the geometric mean over the 22 achievements, computed as
 ``exp(mean(ln(1 + s_i))) - 1`` with ``s_i`` in percent. The episodes scored are the ones that together make
-up the first ``--env-steps`` env steps, in the order they finished.
+up the first ``--env-steps`` env steps, in the order they finished. Beside the score it reports the mean return
+of the episodes that finished within the last 100k of those env steps, the reward Moon et al. (2023) report.
 
-    python bench/crafter_score.py --write-results                  # ~28 min on 2 cores, run in background
+    python bench/crafter_score.py --write-results                  # ~30-35 min a seed on 2 cores
     python bench/crafter_score.py --config craftrl.configs.crafter_resnet --seeds 0 1 2 --concurrent  # a GPU
     python bench/crafter_score.py --runs runs/bench_crafter_score/crafter-score-...   # re-score runs
 
@@ -37,8 +38,13 @@ from headlines import finish, headline  # noqa: E402
 from seeds import add_seed_arguments, seeds_from  # noqa: E402
 from time_to_cows import run_directory, stop_run  # noqa: E402
 
-# The Crafter paper's table (score in %, mean ± std over seeds) for the agents a reader compares against.
-PAPER_SCORES = {"PPO (Crafter paper)": "4.6 ± 0.3", "Random (Crafter paper)": "1.6 ± 0.0"}
+# Published scores (%, mean ± std over seeds) and, where given, rewards at 1M env steps, for the agents a reader
+# compares against: the Crafter paper's table, and Moon et al.'s (2023; figures/result.png of
+# github.com/snu-mllab/Achievement-Distillation), whose reward is the mean return of the episodes that finished
+# within the last 100k env steps (``late_return``).
+PUBLISHED = {"PPO, Moon et al. 2023 (10 seeds)": ("15.60 ± 1.66", "10.32 ± 0.53"),
+             "PPO (Crafter paper)": ("4.6 ± 0.3", "-"), "Random (Crafter paper)": ("1.6 ± 0.0", "-")}
+LATE_WINDOW = 100_000  # env steps before the budget whose episodes' returns make up ``late_return``
 ACHIEVEMENT_PREFIX = "achievements/"
 MAX_EPISODE_STEPS = 10_000  # Crafter's episode limit: a finished run's scored episodes end within it of env_steps
 # Env steps at which the score so far is also reported: where short A/B runs stop (bench/notes/crafter_score.md)
@@ -110,6 +116,19 @@ def crafter_score(rates_pct: dict[str, float]) -> float:
     return math.exp(sum(math.log(1.0 + s) for s in rates_pct.values()) / len(rates_pct)) - 1.0
 
 
+def late_return(episodes: list[dict], env_steps: int, window: int = LATE_WINDOW) -> float:
+    """The mean return of the episodes, in finishing order, that finished within the last ``window`` of
+    ``env_steps`` env steps: the policy's return near the end of the budget, as Moon et al. report it."""
+    finished_at, late = 0, []
+    for episode in episodes:
+        finished_at += int(episode["length"])
+        if finished_at > env_steps:
+            break
+        if finished_at > env_steps - window:
+            late.append(float(episode["episode_return"]))
+    return statistics.mean(late) if late else math.nan
+
+
 def scores_along_the_way(episodes: list[dict], env_steps: int, achievements: list[str]) -> dict[int, float]:
     """The score of the episodes within each of ``ALONG_THE_WAY``'s budgets below ``env_steps`` that the
     episodes pass (an episode finished after it, so none that it holds is still missing)."""
@@ -145,6 +164,7 @@ class SeedResult:
     elapsed_s: float  # training wall-clock time, the run's last ``train/elapsed_s``
     logged_env_steps: float  # all the run stepped, scored or not: its last ``rollout/env_steps``
     along_the_way: dict[int, float]  # the score within fewer env steps (``scores_along_the_way``)
+    late_return: float  # the mean return over the budget's last ``LATE_WINDOW`` env steps (``late_return``)
 
     @property
     def env_steps(self) -> int:
@@ -166,7 +186,7 @@ def score_run(seed: int, run_dir: Path, env_steps: int) -> SeedResult:
     rates = success_rates(episodes, achievements)
     return SeedResult(seed, run_dir, episodes, rates, crafter_score(rates), last_logged(run_dir, "train/elapsed_s"),
                       last_logged(run_dir, "rollout/env_steps"),
-                      scores_along_the_way(episodes, env_steps, achievements))
+                      scores_along_the_way(episodes, env_steps, achievements), late_return(episodes, env_steps))
 
 
 def describe_accelerator() -> str:
@@ -185,18 +205,19 @@ def mean_and_spread(values: list[float]) -> str:
 def results_text(results: list[SeedResult], env_steps: int, command: str, config: str, machine: str) -> str:
     scores = [r.score for r in results]
     seeds = "one seed" if len(results) == 1 else f"{len(results)} seeds, mean ± standard deviation"
-    rows = ["| agent | Crafter score (%) |", "|---|---:|",
-            f"| craftrl, `{config}` ({seeds}) | {mean_and_spread(scores)} |"]
-    rows += [f"| {name} | {value} |" for name, value in PAPER_SCORES.items()]
+    late_returns = [r.late_return for r in results]
+    rows = ["| agent | Crafter score (%) | return over the last 100k env steps |", "|---|---:|---:|",
+            f"| craftrl, `{config}` ({seeds}) | {mean_and_spread(scores)} | {mean_and_spread(late_returns)} |"]
+    rows += [f"| {name} | {score} | {late} |" for name, (score, late) in PUBLISHED.items()]
     budgets = [budget for budget in ALONG_THE_WAY if all(budget in r.along_the_way for r in results)]
     runs = ["| seed | run | score (%) | " + "".join(f"at {budget // 1000}k | " for budget in budgets)
-            + "episodes | env steps scored | mean return | env steps/s | training (min) |",
-            "|---:|---|---:|" + "---:|" * len(budgets) + "---:|---:|---:|---:|---:|"]
+            + "episodes | env steps scored | mean return | return, last 100k | env steps/s | training (min) |",
+            "|---:|---|---:|" + "---:|" * len(budgets) + "---:|---:|---:|---:|---:|---:|"]
     runs += [f"| {r.seed} | `{r.run_dir.name}` | {r.score:.2f} | "
              + "".join(f"{r.along_the_way[budget]:.2f} | " for budget in budgets)
              + f"{len(r.episodes)} | {r.env_steps:,} | "
              f"{statistics.mean(float(e['episode_return']) for e in r.episodes) if r.episodes else 0.0:.2f} | "
-             f"{r.env_steps_per_s:.0f} | {r.minutes:.0f} |" for r in results]
+             f"{r.late_return:.2f} | {r.env_steps_per_s:.0f} | {r.minutes:.0f} |" for r in results]
     names = sorted(results[0].rates, key=lambda name: -statistics.mean(r.rates[name] for r in results))
     per_seed_columns = results if len(results) > 1 else []  # one seed: its rate is the mean
     table = ["| achievement | success rate (%) |" + "".join(f" seed {r.seed} |" for r in per_seed_columns),
@@ -218,8 +239,10 @@ def results_text(results: list[SeedResult], env_steps: int, command: str, config
             f"{seeds} (the paper averages 10). Each run is scored over the episodes that finished within {scope}. "
             "Scored as the Crafter paper scores its agents: success rate = share of training episodes with the "
             "achievement unlocked, score = exp(mean ln(1 + rate %)) - 1. 'at 200k' and the like: the score of the "
-            "episodes within that many env steps of the same run. The paper's rows are copied from its "
-            "table; its per-achievement rates are not reproduced here.", "",
+            "episodes within that many env steps of the same run. 'Return over the last 100k env steps': the mean "
+            "return of the episodes that finished within the budget's last 100k env steps, the reward Moon et al. "
+            "report. The published rows are copied from the papers' tables; their per-achievement rates are not "
+            "reproduced here.", "",
             *rows, "", *runs, "", *table]
     return "\n".join(text)
 

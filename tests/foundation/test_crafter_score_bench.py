@@ -96,3 +96,15 @@ def test_results_show_a_score_along_the_way_that_every_seed_passed(tmp_path, mon
     text = crafter_score.results_text(results, 100_000, "python bench/crafter_score.py", "a.config", "a machine")
     row = f"| 0 | `first` | {51 ** (1 / 22) - 1:.2f} | 0.00 | {101 ** (1 / 22) - 1:.2f} | 2 |"
     assert "| at 20k | at 40k |" in text and row in text
+
+
+def test_late_return_is_the_mean_return_of_the_episodes_that_finished_in_the_budgets_last_window():
+    def returning(length: int, value: float) -> dict:
+        return {**episode(length), "episode_return": value}
+
+    # finishing at 300, 600, 900 and 1200 env steps: within a budget of 1000 and a window of 500, the ones
+    # finishing after 500 and by 1000 count
+    episodes = [returning(300, 1.0), returning(300, 2.0), returning(300, 4.0), returning(300, 8.0)]
+    assert crafter_score.late_return(episodes, 1000, window=500) == pytest.approx(3.0)
+    assert crafter_score.late_return(episodes, 1200, window=500) == pytest.approx(6.0)
+    assert math.isnan(crafter_score.late_return(episodes, 250, window=100))  # nothing finished in it
