@@ -111,7 +111,7 @@ def missing_from_linked_files(rows: list[re.Match]) -> list[str]:
 
 def test_every_figure_of_the_readme_results_is_in_the_results_file_its_row_links():
     rows = readme_rows()
-    assert 3 <= len(rows) <= 6
+    assert 3 <= len(rows) <= 7  # a short table: the figures a reader compares tools on
     assert missing_from_linked_files(rows) == []
 
 
