@@ -206,12 +206,13 @@ def results_text(results: list[SeedResult], env_steps: int, command: str, config
     scores = [r.score for r in results]
     seeds = "one seed" if len(results) == 1 else f"{len(results)} seeds, mean ± standard deviation"
     late_returns = [r.late_return for r in results]
-    rows = ["| agent | Crafter score (%) | return over the last 100k env steps |", "|---|---:|---:|",
+    late = f"{LATE_WINDOW // 1000}k"
+    rows = [f"| agent | Crafter score (%) | return over the last {late} env steps |", "|---|---:|---:|",
             f"| craftrl, `{config}` ({seeds}) | {mean_and_spread(scores)} | {mean_and_spread(late_returns)} |"]
     rows += [f"| {name} | {score} | {late} |" for name, (score, late) in PUBLISHED.items()]
     budgets = [budget for budget in ALONG_THE_WAY if all(budget in r.along_the_way for r in results)]
     runs = ["| seed | run | score (%) | " + "".join(f"at {budget // 1000}k | " for budget in budgets)
-            + "episodes | env steps scored | mean return | return, last 100k | env steps/s | training (min) |",
+            + f"episodes | env steps scored | mean return | return, last {late} | env steps/s | training (min) |",
             "|---:|---|---:|" + "---:|" * len(budgets) + "---:|---:|---:|---:|---:|---:|"]
     runs += [f"| {r.seed} | `{r.run_dir.name}` | {r.score:.2f} | "
              + "".join(f"{r.along_the_way[budget]:.2f} | " for budget in budgets)
