@@ -119,14 +119,9 @@ def crafter_score(rates_pct: dict[str, float]) -> float:
 def late_return(episodes: list[dict], env_steps: int, window: int = LATE_WINDOW) -> float:
     """The mean return of the episodes, in finishing order, that finished within the last ``window`` of
     ``env_steps`` env steps: the policy's return near the end of the budget, as Moon et al. report it."""
-    finished_at, late = 0, []
-    for episode in episodes:
-        finished_at += int(episode["length"])
-        if finished_at > env_steps:
-            break
-        if finished_at > env_steps - window:
-            late.append(float(episode["episode_return"]))
-    return statistics.mean(late) if late else math.nan
+    scored = first_episodes_within(episodes, env_steps)
+    late = scored[len(first_episodes_within(scored, env_steps - window)):]
+    return statistics.mean(float(e["episode_return"]) for e in late) if late else math.nan
 
 
 def scores_along_the_way(episodes: list[dict], env_steps: int, achievements: list[str]) -> dict[int, float]:
@@ -209,7 +204,7 @@ def results_text(results: list[SeedResult], env_steps: int, command: str, config
     late = f"{LATE_WINDOW // 1000}k"
     rows = [f"| agent | Crafter score (%) | return over the last {late} env steps |", "|---|---:|---:|",
             f"| craftrl, `{config}` ({seeds}) | {mean_and_spread(scores)} | {mean_and_spread(late_returns)} |"]
-    rows += [f"| {name} | {score} | {late} |" for name, (score, late) in PUBLISHED.items()]
+    rows += [f"| {name} | {score} | {reward} |" for name, (score, reward) in PUBLISHED.items()]
     budgets = [budget for budget in ALONG_THE_WAY if all(budget in r.along_the_way for r in results)]
     runs = ["| seed | run | score (%) | " + "".join(f"at {budget // 1000}k | " for budget in budgets)
             + f"episodes | env steps scored | mean return | return, last {late} | env steps/s | training (min) |",

@@ -88,7 +88,7 @@ def main() -> None:
     variants = {TODAY: (train, lambda p: p), "float32": (float32, lambda p: p),
                 "float32, NCHW input": (float32, nchw_input), "bf16": (bf16, lambda p: p),
                 "float32 + torch.compile": (float32, compiled), "bf16 + torch.compile": (bf16, compiled)}
-    measured, failed, seconds = [], [], {}
+    measured, failed, seconds, today_in_bf16 = [], [], {}, False
     for name, (config, prepare) in variants.items():
         try:
             median, first, in_bf16 = time_variant(policy, prepare, config, fragments, args.repeats)
@@ -97,6 +97,7 @@ def main() -> None:
             continue
         seconds[name] = median
         if config is train:
+            today_in_bf16 = in_bf16
             name = f"{name} (cpu_bf16 {train.cpu_bf16!r}: {'bf16' if in_bf16 else 'float32'})"
         elif "bf16" in name and not in_bf16:
             name += " (ran in float32)"
@@ -117,7 +118,7 @@ def main() -> None:
         *rows, "", f"Fastest: {fastest}.", "",
         *([f"Today's config ran in bf16 here, the same computation as the `bf16` row: the gap between those two "
            f"rows ({abs(seconds[TODAY] - seconds['bf16']) / seconds['bf16']:.0%}) is this measurement's noise.", ""]
-          if TODAY in seconds and "bf16" in seconds and "'auto': bf16" in rows[0] else []),
+          if today_in_bf16 and "bf16" in seconds else []),
     ]
     text = "\n".join(lines)
     print(text)
