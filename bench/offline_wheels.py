@@ -2,7 +2,7 @@
 
 Resolves craftrl's run-time requirements (pyproject.toml's, less torch) for the target's Python and platform,
 drops every distribution the target already holds (``--present``, one name per line, pip-freeze lines accepted),
-builds pure-Python wheels for the few requirements PyPI has only as source (Crafter, omegaconf's ANTLR runtime),
+builds a pure-Python wheel here for any requirement PyPI has only as source (Crafter is one),
 and trims Ray's wheel of what a training run never loads (its Java jar, the dashboard's web client, RLlib, Serve,
 Ray LLM): 79 MB -> ~42 MB for Ray 2.60, which is what lets the bundle travel within a 64 MiB working tree.
 
@@ -98,8 +98,9 @@ def _pip(*args: str) -> subprocess.CompletedProcess:
 
 
 def download(requirements: list[str], python_version: str, out: Path, built: Path) -> None:
-    """Binary wheels for the target, with their dependencies; a requirement PyPI has only as source is built here
-    as a pure-Python wheel into ``built`` (offered to the resolver through --find-links) and the resolution retried."""
+    """Binary wheels for the target, with their dependencies, into ``out``. A requirement PyPI has only as source is
+    built here as a pure-Python wheel into ``built``, which the resolver is offered through --find-links (pip copies
+    what it takes from there into ``out``), and the resolution retried."""
     target = ["--only-binary=:all:", "--python-version", python_version, "--implementation", "cp",
               *[arg for platform in PLATFORMS for arg in ("--platform", platform)]]
     for _ in range(8):
@@ -136,9 +137,6 @@ def main() -> None:
         built = Path(scratch) / "built"
         built.mkdir()
         download(run_time_requirements(ROOT / "pyproject.toml"), args.python_version, args.out, built)
-        for wheel in built.glob("*.whl"):
-            if not (args.out / wheel.name).exists():
-                wheel.replace(args.out / wheel.name)
     kept = []
     for wheel in sorted(args.out.glob("*.whl")):
         if wheel_name(wheel) in present:
