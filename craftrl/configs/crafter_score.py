@@ -7,7 +7,7 @@ within them. Each choice and why; the measurements behind them are in bench/note
 * **Policy**: feed-forward; the tile encoder at 64 + 128 channels, 256 features, a 1024-wide layer both heads read,
   with Moon et al.'s norms (``encoder_norm``). It costs a fiftieth of their Impala CNN's multiply-adds per frame,
   and width is what lifted the score: the cows default's narrow tile policy scored about half, while wider tiles
-  still (96 + 192), a pixel-level convolution before the tiles or an LSTM core scored lower per env step, at half
+  still (96 + 192), a pixel-level convolution before the tiles or an LSTM core scored lower per env step, at about half
   the speed or less.
 * **Updates and credit**: ``crafter_resnet``'s: 4096 env steps per iteration, 3 epochs of 8 minibatches of 512
   shuffled single steps, lr 3e-4, a normalised value, discount 0.95, GAE lambda 0.65.
