@@ -3,9 +3,10 @@
 
 What carries over (facts of their paper and configuration, in this framework's keys):
 
-* **Policy**: feed-forward; an Impala CNN 64/128/128 with a one-group GroupNorm before its convolutions and a
-  LayerNorm before its 256-wide dense layer, then a LayerNorm and a 1024-wide ReLU layer that both heads read
-  (``encoder_norm``, ``encoder_features`` 256, ``hidden_size`` 1024): a GPU's work per frame.
+* **Policy**: feed-forward; their Impala CNN 64/128/128, VPT's layout (norm -> convolution -> ReLU, a one-group
+  GroupNorm before every convolution but the image's, a LayerNorm before its 256-wide dense layer) and start,
+  then a LayerNorm and a 1024-wide ReLU layer that both heads read (``encoder_norm``, ``encoder_features`` 256,
+  ``hidden_size`` 1024; the same parameter count as their model): a GPU's work per frame.
 * **Updates**: 4096 env steps per iteration (32 fragments of 128), 3 epochs of 8 minibatches of 512 single steps
   shuffled across the iteration (``minibatch_sequence_length`` 1), lr 3e-4, entropy 0.01, clip 0.2, gradient
   clip 0.5; the value is learned normalised; advantages are standardised over the whole iteration. 250
@@ -15,8 +16,9 @@ What carries over (facts of their paper and configuration, in this framework's k
 What differs: experience is collected ahead of the learner (fragments of policy versions up to ``max_staleness``
 behind it), where their rollouts were in lock-step, which ``synchronous_sampling`` gives (with an env count that
 divides the iteration's 32 fragments); a fragment's last value bootstraps its return where their rollouts of 512
-steps did; and their value loss weighs twice this config's, with a return normaliser that follows the latest
-returns (bench/notes/crafter_score.md compares these).
+steps did; their value loss weighs twice this config's, with a return normaliser that follows the latest
+returns; and the value head starts at zero, theirs at orthogonal gain 0.1 (bench/notes/crafter_score.md compares
+these).
 
     python bench/crafter_score.py --config craftrl.configs.crafter_resnet
 """

@@ -5,7 +5,8 @@ Nature-style strided CNN (three convolutions, no pooling), which is what makes C
 (bench/policy_inference.py measures both).
 
 Initialisation follows the PPO implementation-detail literature: orthogonal weights with gain sqrt(2) in
-hidden layers, 0.01 for the policy head (near-uniform initial policy), 1 for the value head, zero biases.
+hidden layers, 0.01 for the policy head (near-uniform initial policy), 1 for the value head, zero biases. Moon et
+al.'s normed Impala CNN (``NormedImpalaEncoder``) and the layer after it start as VPT's layers do instead.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from craftrl.policies.base import Policy, as_first
 from craftrl.policies.heads import CategoricalHead, ValueHead
 from craftrl.policies.recurrent import ResettableRNN
 from craftrl.policies.state import State
+from craftrl.policies.vpt.network import ImpalaCnn, fan_in_init
 
 HIDDEN_GAIN = math.sqrt(2.0)
 
@@ -38,56 +40,61 @@ def _group_norm(channels: int, enabled: bool) -> nn.Module:
 
 
 class _ResidualBlock(nn.Module):
-    def __init__(self, channels: int, norm: bool = False) -> None:
+    def __init__(self, channels: int) -> None:
         super().__init__()
-        self.norm0, self.norm1 = _group_norm(channels, norm), _group_norm(channels, norm)
         self.conv0 = _orthogonal(nn.Conv2d(channels, channels, 3, padding=1))
         self.conv1 = _orthogonal(nn.Conv2d(channels, channels, 3, padding=1))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.conv1(F.relu(self.norm1(self.conv0(F.relu(self.norm0(x))))))
+        return x + self.conv1(F.relu(self.conv0(F.relu(x))))
 
 
 class _DownStack(nn.Module):
-    def __init__(self, in_channels: int, out_channels: int, num_blocks: int = 2, norm: bool = False,
-                 norm_input: bool = False) -> None:
+    def __init__(self, in_channels: int, out_channels: int, num_blocks: int = 2) -> None:
         super().__init__()
-        self.input_norm = _group_norm(in_channels, norm and norm_input)
         self.conv = _orthogonal(nn.Conv2d(in_channels, out_channels, 3, padding=1))
-        self.pooled_norm = _group_norm(out_channels, norm)
-        self.blocks = nn.Sequential(*[_ResidualBlock(out_channels, norm) for _ in range(num_blocks)])
+        self.blocks = nn.Sequential(*[_ResidualBlock(out_channels) for _ in range(num_blocks)])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = F.max_pool2d(self.conv(self.input_norm(x)), kernel_size=3, stride=2, padding=1)
-        return self.blocks(self.pooled_norm(x))
+        return self.blocks(F.max_pool2d(self.conv(x), kernel_size=3, stride=2, padding=1))
 
 
 class ImpalaEncoder(nn.Module):
-    """Impala-style CNN (Espeholt et al. 2018) from uint8 ``[N, H, W, C]`` images to a feature vector.
-
-    ``norm`` adds a one-group GroupNorm before every convolution but the first (whose input is the image),
-    after every max-pool, and a LayerNorm before the dense layer: the normalisation of the Impala CNN in Moon
-    et al.'s Crafter PPO (arXiv 2307.03486), whose wide version (64/128/128 channels) trains stably with it.
-    """
+    """Impala-style CNN (Espeholt et al. 2018) from uint8 ``[N, H, W, C]`` images to a feature vector."""
 
     def __init__(self, image_shape: tuple[int, int, int], channels: tuple[int, ...] = (16, 32, 32),
-                 out_features: int = 256, norm: bool = False) -> None:
+                 out_features: int = 256) -> None:
         super().__init__()
         height, width, in_channels = image_shape
         stacks = []
-        for index, out_channels in enumerate(channels):
-            stacks.append(_DownStack(in_channels, out_channels, norm=norm, norm_input=index > 0))
+        for out_channels in channels:
+            stacks.append(_DownStack(in_channels, out_channels))
             in_channels = out_channels
             height, width = (height + 1) // 2, (width + 1) // 2
         self.stacks = nn.Sequential(*stacks)
-        flat = in_channels * height * width
-        self.dense_norm = nn.LayerNorm(flat) if norm else nn.Identity()
-        self.dense = _orthogonal(nn.Linear(flat, out_features))
+        self.dense = _orthogonal(nn.Linear(in_channels * height * width, out_features))
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         x = images.permute(0, 3, 1, 2).float().mul_(1.0 / 255.0)
-        x = self.stacks(x)
-        return F.relu(self.dense(self.dense_norm(F.relu(x).flatten(1))))
+        return F.relu(self.dense(F.relu(self.stacks(x)).flatten(1)))
+
+
+class NormedImpalaEncoder(nn.Module):
+    """The Impala CNN of Moon et al.'s Crafter PPO (arXiv 2307.03486): VPT's (``craftrl.policies.vpt.network``),
+    which they took over with its residual branches started smaller, from uint8 ``[N, H, W, C]`` images.
+
+    Every convolution is norm -> convolution -> ReLU, with a one-group GroupNorm before each but the image's and
+    after every max-pool, so a residual branch adds a non-negative term; the stacks' output goes unrectified
+    through a LayerNorm into the dense layer. Weights start with each output unit's row rescaled to a fixed norm.
+    """
+
+    def __init__(self, image_shape: tuple[int, int, int], channels: tuple[int, ...] = (64, 128, 128),
+                 out_features: int = 256) -> None:
+        super().__init__()
+        self.cnn = ImpalaCnn(image_shape, channels, out_features, stack_init_scale=1.0 / math.sqrt(len(channels)))
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.cnn(images.float().mul_(1.0 / 255.0))
 
 
 class NatureEncoder(nn.Module):
@@ -130,8 +137,8 @@ class TileEncoder(nn.Module):
     CNN's receptive fields straddle tiles, so it has to learn what a tile is before what is on it; a
     tile-aligned first layer sees exactly one tile per position, and the dense layer keeps where each tile is
     relative to the player. ``channels`` = (per-tile, per-neighbourhood) widths. ``norm`` adds a one-group
-    GroupNorm before the neighbourhood convolution and a LayerNorm before the dense layer, as ``ImpalaEncoder``
-    does.
+    GroupNorm before the neighbourhood convolution and a LayerNorm before the dense layer, as
+    ``NormedImpalaEncoder`` normalises.
     """
 
     def __init__(self, image_shape: tuple[int, int, int], channels: tuple[int, ...] = (32, 32),
@@ -168,9 +175,10 @@ class ImpalaRecurrentPolicy(Policy):
     ``[B, T]`` in ``[0, num_actions)``.
 
     ``encoder_features`` is the width of the encoder's output (``hidden_size`` when None), which the MLP widens
-    or narrows to ``hidden_size``. ``encoder_norm`` (Impala CNN and tile encoder) normalises inside the encoder (see
-    ``ImpalaEncoder``) and layer-normalises the MLP's input; with channels 64/128/128, ``encoder_features`` 256,
-    ``hidden_size`` 1024 and no recurrent core it is the policy of Moon et al.'s Crafter PPO.
+    or narrows to ``hidden_size``. ``encoder_norm`` layer-normalises the MLP's input and normalises inside the
+    encoder: the Impala CNN becomes Moon et al.'s (``NormedImpalaEncoder``), the tile encoder gains their norms (see
+    ``TileEncoder``). With channels 64/128/128, ``encoder_features`` 256, ``hidden_size`` 1024 and no recurrent
+    core it is the policy of Moon et al.'s Crafter PPO.
 
     ``feature_norm`` puts a LayerNorm between the MLP and the core. Nothing else bounds the scale of the
     features the recurrent gates see: without it they can grow until every LSTM gate saturates, and the policy then
@@ -192,12 +200,19 @@ class ImpalaRecurrentPolicy(Policy):
             raise ValueError("encoder_norm: only the 'impala' and 'tiles' encoders have one, got encoder='nature'")
         self.image_key = image_key
         encoder_features = encoder_features or hidden_size
-        extra = {"tile_size": tile_size} if encoder == "tiles" else {}
-        if encoder_norm:
-            extra["norm"] = True
-        self.encoder = ENCODERS[encoder](tuple(image_shape), tuple(channels), encoder_features, **extra)
+        shapes = (tuple(image_shape), tuple(channels), encoder_features)
+        if encoder == "impala" and encoder_norm:
+            self.encoder = NormedImpalaEncoder(*shapes)
+        elif encoder == "tiles":
+            self.encoder = TileEncoder(*shapes, tile_size=tile_size, norm=encoder_norm)
+        else:
+            self.encoder = ENCODERS[encoder](*shapes)
         self.mlp_norm = nn.LayerNorm(encoder_features) if encoder_norm else nn.Identity()
-        self.mlp = _orthogonal(nn.Linear(encoder_features, hidden_size))
+        if isinstance(self.encoder, NormedImpalaEncoder):  # their 1024-wide layer: started as their encoder's
+            self.mlp = nn.Linear(encoder_features, hidden_size, bias=False)
+            fan_in_init(self.mlp, 1.0)
+        else:
+            self.mlp = _orthogonal(nn.Linear(encoder_features, hidden_size))
         self.feature_norm = nn.LayerNorm(hidden_size) if feature_norm else nn.Identity()
         self.core = ResettableRNN(hidden_size, hidden_size, kind=recurrent) if recurrent != "none" else None
         self.pi_head = CategoricalHead(hidden_size, num_actions, init_gain=0.01)

@@ -92,6 +92,6 @@ def test_crafter_resnet_config_is_moon_et_als_ppo_on_the_full_game():
     assert train.use_normalized_vf and train.target_kl is None and train.whole_batch_iterations == 0
     policy = loaded.policy_generator()
     assert policy.initial_state(1) == {} and 3_500_000 <= sum(p.numel() for p in policy.parameters()) <= 4_500_000
-    assert [stack.conv.out_channels for stack in policy.encoder.stacks] == [64, 128, 128]
+    assert [stack.firstconv.layer.out_channels for stack in policy.encoder.cnn.stacks] == [64, 128, 128]
     reward, terminated, truncated = _act_once(loaded)
     assert not (terminated and truncated)

@@ -115,23 +115,61 @@ def _encoder_output_before_and_after_scaling(policy, layer: torch.nn.Module) -> 
     return policy.encoder(images), before
 
 
+def _moon_et_als_parameter_count(channels: tuple[int, ...], features: int, hidden: int, actions: int) -> int:
+    """Their PPOModel's parameters, layer by layer from their configuration: per stack a GroupNorm before the first
+    convolution but the image's, that convolution (a bias only without a norm before it), a GroupNorm after the
+    pool and two residual blocks of two GroupNorm + convolution units without bias; a LayerNorm + dense layer
+    without bias; a LayerNorm + 1024-wide layer without bias; the two heads."""
+    count, in_channels, side = 0, 3, 64
+    for index, out in enumerate(channels):
+        count += (2 * in_channels if index else 0) + 9 * in_channels * out + (0 if index else out)
+        count += 2 * out + 4 * (2 * out + 9 * out * out)
+        in_channels, side = out, (side + 1) // 2
+    flat = in_channels * side * side
+    count += 2 * flat + flat * features + 2 * features + features * hidden
+    return count + hidden * actions + actions + hidden + 1
+
+
 def test_encoder_norm_is_moon_et_als_impala_cnn_and_ignores_the_image_scale_past_the_first_convolution():
-    """Moon et al.'s Crafter PPO: a one-group GroupNorm before every convolution but the first, after every
-    pool and a LayerNorm before the dense layers; the encoder's width apart from the heads' (256 vs 1024)."""
+    """Moon et al.'s Crafter PPO: norm -> convolution -> ReLU units, residual branches that add a non-negative
+    term, weights started at their row norms, and their model's parameter count at their sizes."""
+    moon = default_policy_generator(channels=(64, 128, 128), encoder_features=256, hidden_size=1024,
+                                    recurrent="none", encoder_norm=True)
+    assert sum(p.numel() for p in moon.parameters()) == _moon_et_als_parameter_count((64, 128, 128), 256, 1024, 17)
+
     torch.manual_seed(0)
     policy = default_policy_generator(channels=(8, 16, 16), encoder_features=32, hidden_size=64, recurrent="none",
                                       encoder_norm=True).eval()
-    stacks = policy.encoder.stacks
-    assert isinstance(stacks[0].input_norm, torch.nn.Identity)
-    assert all(isinstance(stack.input_norm, torch.nn.GroupNorm) and stack.input_norm.num_groups == 1
-               for stack in stacks[1:])
-    assert all(isinstance(norm, torch.nn.GroupNorm) for stack in stacks
-               for norm in [stack.pooled_norm, *[b.norm0 for b in stack.blocks], *[b.norm1 for b in stack.blocks]])
-    assert policy.encoder.dense.out_features == 32 and policy.mlp.in_features == 32
-    assert policy.mlp.out_features == 64 and policy.pi_head.linear_layer.in_features == 64
-    # what the norms buy: the first stack's output scaled 10x leaves the features unchanged (without: changed)
-    torch.testing.assert_close(*_encoder_output_before_and_after_scaling(policy, stacks[0].conv), atol=1e-4,
-                               rtol=1e-4)
+    cnn = policy.encoder.cnn
+    assert cnn.stacks[0].firstconv.norm is None and cnn.stacks[0].firstconv.layer.bias is not None
+    units = [stack.firstconv for stack in cnn.stacks[1:]] + [unit for stack in cnn.stacks for block in stack.blocks
+                                                           for unit in (block.conv0, block.conv1)]
+    assert all(isinstance(unit.norm, torch.nn.GroupNorm) and unit.norm.num_groups == 1 and unit.layer.bias is None
+               for unit in units)
+
+    def row_norms(layer: torch.nn.Module) -> torch.Tensor:
+        return layer.weight.detach().flatten(1).norm(dim=1)
+
+    branch = (3 * 2) ** -0.25  # their residual branches: (1 / sqrt(stacks * blocks)) ** (1/2); VPT's are larger
+    for layer, expected in [*[(stack.firstconv.layer, 1.0) for stack in cnn.stacks],
+                            *[(unit.layer, branch) for unit in units[2:]], (cnn.dense.layer, 1.4), (policy.mlp, 1.0)]:
+        torch.testing.assert_close(row_norms(layer), torch.full_like(row_norms(layer), expected))
+
+    images = _images()["image"][:, 0]
+    added, dense_input = [], []
+    hooks = [block.register_forward_hook(lambda _, inputs, output: added.append(output - inputs[0]))
+             for stack in cnn.stacks for block in stack.blocks]
+    hooks.append(cnn.dense.register_forward_hook(lambda _, inputs, output: dense_input.append(inputs[0])))
+    policy.encoder(images)
+    for hook in hooks:
+        hook.remove()
+    assert len(added) == 6 and all(bool((term >= 0).all()) and bool((term > 0).any()) for term in added)
+    assert bool((dense_input[0] < 0).any())  # the stacks' output reaches the LayerNorm unrectified
+
+    # what the norms buy: the first stack's output scaled 10x leaves the features unchanged but for the norms' eps
+    # (without them: changed)
+    torch.testing.assert_close(*_encoder_output_before_and_after_scaling(policy, cnn.stacks[0].firstconv.layer),
+                               atol=1e-3, rtol=1e-3)
     plain = default_policy_generator(channels=(8, 16, 16), encoder_features=32, hidden_size=64, recurrent="none")
     assert not torch.allclose(*_encoder_output_before_and_after_scaling(plain, plain.encoder.stacks[0].conv),
                               atol=1e-2)

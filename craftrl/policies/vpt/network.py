@@ -21,7 +21,7 @@ NUM_POSITION_BASIS = 10
 MASKED_LOGIT = -1e9
 
 
-def _fan_in_init(layer: nn.Module, scale: float) -> None:
+def fan_in_init(layer: nn.Module, scale: float) -> None:
     """Rows of unit norm times ``scale``: unit-variance ReLU outputs for unit-variance inputs."""
     with torch.no_grad():
         weight = layer.weight
@@ -39,7 +39,7 @@ class NormedLayer(nn.Module):
         self.norm = norm
         self.layer = layer_factory(norm is None)
         self.relu = relu
-        _fan_in_init(self.layer, init_scale)
+        fan_in_init(self.layer, init_scale)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.norm is not None:
@@ -90,13 +90,19 @@ class CnnStack(nn.Module):
 
 
 class ImpalaCnn(nn.Module):
-    def __init__(self, img_shape: tuple[int, int, int], channels: tuple[int, ...], out_features: int = 256) -> None:
+    """``stack_init_scale`` sets the residual branches' start (see ``CnnStack``): VPT's sqrt(stacks) by default;
+    Moon et al.'s Crafter PPO, which took this network from VPT, starts them at 1 / sqrt(stacks)."""
+
+    def __init__(self, img_shape: tuple[int, int, int], channels: tuple[int, ...], out_features: int = 256,
+                 stack_init_scale: float | None = None) -> None:
         super().__init__()
         height, width, in_channels = img_shape
+        if stack_init_scale is None:
+            stack_init_scale = math.sqrt(len(channels))
         self.stacks = nn.ModuleList()
         for index, out_channels in enumerate(channels):
             self.stacks.append(CnnStack(in_channels, out_channels, first_conv_normed=index > 0,
-                                        init_scale=math.sqrt(len(channels))))
+                                        init_scale=stack_init_scale))
             in_channels, height, width = out_channels, (height + 1) // 2, (width + 1) // 2
         self.dense = _dense_layer(in_channels * height * width, out_features, init_scale=1.4)
 
@@ -137,7 +143,7 @@ class RelativeSelfAttention(nn.Module):
         self.r_layer = nn.Linear(hidsize, NUM_POSITION_BASIS * heads)
         for layer, scale in ((self.q_layer, 0.1), (self.k_layer, 0.2), (self.v_layer, root),
                              (self.proj_layer, root), (self.r_layer, 0.1)):
-            _fan_in_init(layer, scale)
+            fan_in_init(layer, scale)
         self.b_nd = nn.Parameter(torch.randn(NUM_POSITION_BASIS, memory_len) * 0.2)
 
 
