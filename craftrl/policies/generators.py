@@ -30,7 +30,7 @@ def default_policy_generator(num_actions: int = 17, image_shape: tuple[int, int,
     ``recurrent="none"`` drops the recurrent core; ``feature_norm`` layer-normalises the features before the
     core (it keeps the LSTM's gates out of saturation; off by default so checkpoints of earlier policies still
     load); ``encoder_features`` sets the encoder's output width apart from ``hidden_size``, and ``encoder_norm``
-    makes the Impala CNN Moon et al.'s, VPT's layout (``craftrl.configs.crafter_resnet``);
+    builds Moon et al.'s Impala CNN, in VPT's layout (``craftrl.configs.crafter_resnet``);
     ``value_beta`` is the decay of the value's return normaliser per training iteration (lower tracks a
     return scale that grows as the agent learns more quickly).
     """
