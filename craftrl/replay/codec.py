@@ -96,6 +96,8 @@ def _aligned(offset: int) -> int:
     return -(-offset // _ALIGN) * _ALIGN
 
 
+# One compressor per level for the whole process: only one thread per process encodes (a rollout worker's sender).
+# A ZstdCompressor used by two threads at once can crash the process; threads that encode need one each.
 _COMPRESSORS: dict[int, zstandard.ZstdCompressor] = {}
 
 
