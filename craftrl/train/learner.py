@@ -4,7 +4,8 @@ The iteration, top to bottom:
 
 1. collate fragments into batches of ``batch_size_per_gpu`` (observations get ``next_obs`` appended as step L);
 2. evaluate values with the current weights over L+1 steps from each fragment's stored state (per-sample
-   state, so any batch size works -- MineStudio bootstraps with the whole batch's state);
+   state, so any batch size works -- MineStudio bootstraps with the whole batch's state); where the fragments
+   already hold those values and log-probs (``behaviour_outputs_hold``), only V(next_obs) is evaluated;
 3. GAE over all of this rank's fragments, chaining consecutive fragments of one env, bootstrapping through
    truncation, with V(next_obs) at fragment ends;
 4. update the value normaliser once with the *global* (all-rank) return moments, and standardise
@@ -79,7 +80,9 @@ class PPOLearner:
     """Holds the model (DDP-wrapped or not), optimiser, reference policy and the PPO schedule state."""
 
     def __init__(self, model: torch.nn.Module, config: TrainConfig, device: torch.device,
-                 reference: torch.nn.Module | None = None):
+                 reference: torch.nn.Module | None = None, acted_with_exact_weights: bool = False):
+        """``acted_with_exact_weights``: the rollout acts with exactly the weights this learner publishes (they
+        travel in float32), so its fragments' values and log-probs are this policy's, computed in float32."""
         self.model = model
         self.policy = model.module if hasattr(model, "module") else model
         self.config = config
@@ -100,6 +103,7 @@ class PPOLearner:
         self.rho = config.kl_divergence_coef_rho
         self.entropy_coef = config.entropy_bonus_coef
         self.skipped_steps = 0
+        self.acted_with_exact_weights = acted_with_exact_weights
 
     def load_optimizer_state(self, state: dict) -> None:
         """Resume the optimiser from a checkpoint, keeping this learner's kernel choice.
@@ -168,19 +172,53 @@ class PPOLearner:
                 logits = tree_map(lambda t: t[:, :acted].float(), latents["pi_logits"])  # bf16 under cpu_bf16
                 logps.append(self.policy.pi_head.logprob(slice_time(batch.action, start, start + acted),
                                                          logits).float())
-        if cfg.minibatch_sequence_length > 0 and feed_forward:
-            batch.sequence_states = [batch.state_in] * len(range(0, length, cfg.minibatch_sequence_length))
-            batch.reference_sequence_states = []
+        if feed_forward:
+            self._feed_forward_sequence_states(batch)
         return self.policy.value_head.denormalize(torch.cat(values, dim=1)), torch.cat(logps, dim=1)
 
-    def prepare(self, fragments: Sequence[Fragment]) -> list[Batch]:
-        """Collate, evaluate, run GAE and normalise: everything before the gradient passes."""
+    def behaviour_outputs_hold(self, batches: Sequence[Batch], version: int | None) -> bool:
+        """Whether the fragments' own values and log-probs are what :meth:`evaluate` would compute, up to rounding:
+        every step was acted by ``version``, the weights about to be trained (lock-step collection), sent exactly,
+        and this learner evaluates in float32 as the rollout acts; and the policy is feed-forward, so there are no
+        sequence states to record. The forward pass over every step, 8-10 % of the learner's computation per
+        iteration, then adds nothing (bench/notes/code_figures.md, "Learner")."""
+        if version is None or not self.acted_with_exact_weights or self.use_amp or self.use_cpu_bf16:
+            return False
+        return all(not tree_leaves(batch.state_in)
+                   and all(f.min_version == version == int(np.max(f.version)) for f in batch.fragments)
+                   for batch in batches)
+
+    @torch.no_grad()
+    def behaviour_outputs(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`evaluate`'s values and log-probs where ``behaviour_outputs_hold``: the fragments' own, and the
+        value of the observation after the last step (the bootstrap), which the rollout did not compute."""
+        end = batch.length
+        latents, _ = self.policy(input=slice_time(batch.obs, end, end + 1), state_in=batch.state_in,
+                                 first=batch.first[:, end:end + 1])
+        bootstrap = self.policy.value_head.denormalize(latents["vpred"].float())
+        values = torch.from_numpy(np.stack([f.value for f in batch.fragments])).to(self.device)
+        self._feed_forward_sequence_states(batch)
+        return torch.cat([values.float(), bootstrap], dim=1), batch.behaviour_logp.float()
+
+    def _feed_forward_sequence_states(self, batch: Batch) -> None:
+        """A feed-forward policy's state at every sequence start: the empty state it starts from."""
+        sequence_length = self.config.minibatch_sequence_length
+        if sequence_length > 0:
+            batch.sequence_states = [batch.state_in] * len(range(0, batch.length, sequence_length))
+            batch.reference_sequence_states = []
+        else:
+            batch.sequence_states = batch.reference_sequence_states = None
+
+    def prepare(self, fragments: Sequence[Fragment], version: int | None = None) -> list[Batch]:
+        """Collate, evaluate, run GAE and normalise: everything before the gradient passes. ``version``: the
+        policy version of the weights about to be trained, if known."""
         cfg = self.config
         order = np.arange(len(fragments))
         batches = [collate([fragments[i] for i in order[s:s + cfg.batch_size_per_gpu]],
                            order[s:s + cfg.batch_size_per_gpu], self.device)
                    for s in range(0, len(fragments), cfg.batch_size_per_gpu)]
-        evaluated = [self.evaluate(b) for b in batches]
+        evaluate = self.behaviour_outputs if self.behaviour_outputs_hold(batches, version) else self.evaluate
+        evaluated = [evaluate(b) for b in batches]
         for batch, (_, logp) in zip(batches, evaluated):
             batch.proximal_logp = logp
         values = torch.cat([v for v, _ in evaluated]).cpu().numpy()  # [N, L+1]
@@ -428,7 +466,7 @@ class PPOLearner:
         """Prepare and train on ``fragments``; returns rank-averaged metrics."""
         lr = self.set_learning_rate(iteration)
         self.model.train()
-        batches = self.prepare(fragments)
+        batches = self.prepare(fragments, version)
         if self.precision_probe_pending:
             self.choose_cpu_precision(batches[0])
         metrics = self.train_epochs(batches, iteration, generator)

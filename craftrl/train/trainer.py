@@ -105,7 +105,8 @@ class _Run:
 
             model = DistributedDataParallel(policy, device_ids=[self.device.index] if self.device.type == "cuda"
                                             else None)
-        self.learner = PPOLearner(model, train, self.device, reference)
+        exact = self.online.rollout_config.weights_dtype == "float32"
+        self.learner = PPOLearner(model, train, self.device, reference, acted_with_exact_weights=exact)
         self.learner.rho = self.state.rho
         if train.target_entropy is not None and self.state.entropy_coef is not None:
             self.learner.entropy_coef = self.state.entropy_coef  # the controller continues where it stood
@@ -122,8 +123,7 @@ class _Run:
                                   num_cpus_per_reader=train.num_cpus_per_reader,
                                   prefetch_batches=train.prefetch_batches,
                                   chunks_per_batch=self.online.chunks_per_batch())
-        half = self.online.rollout_config.weights_dtype == "float16"
-        parameters = [name for name, _ in self.learner.policy.named_parameters()] if half else []
+        parameters = [] if exact else [name for name, _ in self.learner.policy.named_parameters()]
         self.publisher = WeightPublisher(self.manager, half_precision=parameters) if self.rank == 0 else None
         self.metrics = MetricsClient(actors.metrics) if actors.metrics is not None and self.rank == 0 else None
         self.started = time.monotonic()

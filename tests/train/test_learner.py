@@ -14,7 +14,7 @@ from craftrl.policies import default_policy_generator, mlp_policy_generator
 from craftrl.policies.checks import REORDERING_ULPS, mismatch_ulps
 from craftrl.train.checkpoint import (TrainingState, apply_retention, checkpoints_to_delete, list_checkpoints,
                                       load_checkpoint, resolve_resume, save_checkpoint)
-from craftrl.train.batch import cut_sequences
+from craftrl.train.batch import collate, cut_sequences
 from craftrl.train.entropy_control import next_entropy_coef
 from craftrl.train.learner import PPOLearner
 from craftrl.train.precision import PrecisionTiming, time_both_precisions
@@ -413,6 +413,63 @@ def test_a_feed_forward_policy_is_evaluated_in_context_slices_and_cut_into_singl
     monkeypatch.setattr(type(policy), "forward", original)
     metrics = learner.iteration(fragments, 0, 0, torch.Generator().manual_seed(0))
     assert metrics["ppo/behaviour_kl"] == pytest.approx(0.0, abs=1e-6)
+
+
+@pytest.mark.parametrize("minibatch_sequence_length", [0, 1])
+def test_lock_step_fragments_give_what_evaluating_every_step_gives(minibatch_sequence_length, monkeypatch):
+    """Fragments acted by the very weights about to be trained (lock-step), sent exactly, a float32 learner and a
+    feed-forward image policy whose value normaliser has moved: the learner takes the fragments' values and
+    log-probs and evaluates only the observations after their last steps, and prepares the same advantages,
+    returns, old values and log-probs as a learner that evaluates every step."""
+    torch.manual_seed(11)
+    rng = np.random.default_rng(11)
+    policy = default_policy_generator(num_actions=3, image_shape=(64, 64, 3), hidden_size=16, channels=(4, 4, 4),
+                                      recurrent="none")
+    config = train_config(batch_size_per_gpu=2, use_normalized_vf=True,
+                          minibatch_sequence_length=minibatch_sequence_length)
+    trainer = PPOLearner(policy, config, torch.device("cpu"), acted_with_exact_weights=True)
+    for version in range(2):  # the weights and the return normaliser move away from their start
+        trainer.iteration(bandit_fragments(policy, 4, 6, rng, version=version, obs_fn=random_images(rng)), version,
+                          version, torch.Generator().manual_seed(version))
+    assert float(policy.value_head.denormalize(torch.ones(1))) != pytest.approx(1.0, abs=1e-3)
+    fragments = bandit_fragments(policy, 4, 6, rng, version=2, episode_length=4, obs_fn=random_images(rng))
+    reusing = PPOLearner(copy.deepcopy(policy), config, torch.device("cpu"), acted_with_exact_weights=True)
+    evaluating = PPOLearner(copy.deepcopy(policy), config, torch.device("cpu"))
+    calls = []
+    original = type(policy).forward
+    monkeypatch.setattr(type(policy), "forward", lambda self, *a, **k: calls.append(1) or original(self, *a, **k))
+    reused = reusing.prepare(fragments, version=2)
+    assert len(calls) == len(reused), "one forward pass per batch, over the step after the last"
+    monkeypatch.setattr(type(policy), "forward", original)
+    evaluated = evaluating.prepare(fragments, version=2)
+    for mine, theirs in zip(reused, evaluated):
+        for name in ("advantages", "returns", "old_values", "proximal_logp"):
+            torch.testing.assert_close(getattr(mine, name), getattr(theirs, name), rtol=1e-5, atol=1e-5, msg=name)
+        assert mine.sequence_states == theirs.sequence_states
+        assert mine.reference_sequence_states == theirs.reference_sequence_states
+
+
+def test_the_learner_evaluates_every_step_where_the_fragments_may_not_hold_its_outputs():
+    """Outside lock-step, with weights sent in float16, with a bf16 learner or with a recurrent policy (whose
+    sequence states need the pass), the fragments' values and log-probs are not what evaluating gives."""
+    torch.manual_seed(12)
+    rng = np.random.default_rng(12)
+    feed_forward = default_policy_generator(num_actions=3, image_shape=(64, 64, 3), hidden_size=16,
+                                            channels=(4, 4, 4), recurrent="none")
+    recurrent = default_policy_generator(num_actions=3, image_shape=(64, 64, 3), hidden_size=16, channels=(4, 4, 4))
+    config = train_config(batch_size_per_gpu=2)
+
+    def holds(policy, version: int, exact: bool = True, bf16: bool = False) -> bool:
+        learner = PPOLearner(policy, config, torch.device("cpu"), acted_with_exact_weights=exact)
+        learner.use_cpu_bf16 = bf16
+        fragments = bandit_fragments(policy, 2, 4, rng, version=3, obs_fn=random_images(rng))
+        return learner.behaviour_outputs_hold([collate(fragments, np.arange(2), torch.device("cpu"))], version)
+
+    assert holds(feed_forward, version=3)
+    assert not holds(feed_forward, version=4), "acted one version before the weights being trained"
+    assert not holds(feed_forward, version=3, exact=False), "weights sent in float16"
+    assert not holds(feed_forward, version=3, bf16=True), "the learner computes in bf16, the rollout in float32"
+    assert not holds(recurrent, version=3)
 
 
 def test_sequence_minibatches_cover_every_step_once_per_epoch_and_mix_fragments():
