@@ -176,17 +176,16 @@ class PPOLearner:
             self._feed_forward_sequence_states(batch)
         return self.policy.value_head.denormalize(torch.cat(values, dim=1)), torch.cat(logps, dim=1)
 
-    def behaviour_outputs_hold(self, batches: Sequence[Batch], version: int | None) -> bool:
-        """Whether the fragments' own values and log-probs are what :meth:`evaluate` would compute, up to rounding:
-        every step was acted by ``version``, the weights about to be trained (lock-step collection), sent exactly,
-        and this learner evaluates in float32 as the rollout acts; and the policy is feed-forward, so there are no
-        sequence states to record. The forward pass over every step, 8-10 % of the learner's computation per
+    def behaviour_outputs_hold(self, batch: Batch, version: int | None) -> bool:
+        """Whether the batch's own values and log-probs are what :meth:`evaluate` would compute, up to rounding:
+        every step was acted by ``version``, the weights about to be trained (always so in lock-step collection),
+        sent exactly, and this learner evaluates in float32 as the rollout acts; and the policy is feed-forward, so
+        there are no sequence states to record. The forward pass over every step, 8-10 % of the learner's computation per
         iteration, then adds nothing (bench/notes/code_figures.md, "Learner")."""
         if version is None or not self.acted_with_exact_weights or self.use_amp or self.use_cpu_bf16:
             return False
-        return all(not tree_leaves(batch.state_in)
-                   and all(f.min_version == version == int(np.max(f.version)) for f in batch.fragments)
-                   for batch in batches)
+        return not tree_leaves(batch.state_in) and all(f.min_version == version == int(np.max(f.version))
+                                                       for f in batch.fragments)
 
     @torch.no_grad()
     def behaviour_outputs(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -217,8 +216,8 @@ class PPOLearner:
         batches = [collate([fragments[i] for i in order[s:s + cfg.batch_size_per_gpu]],
                            order[s:s + cfg.batch_size_per_gpu], self.device)
                    for s in range(0, len(fragments), cfg.batch_size_per_gpu)]
-        evaluate = self.behaviour_outputs if self.behaviour_outputs_hold(batches, version) else self.evaluate
-        evaluated = [evaluate(b) for b in batches]
+        evaluated = [self.behaviour_outputs(b) if self.behaviour_outputs_hold(b, version) else self.evaluate(b)
+                     for b in batches]
         for batch, (_, logp) in zip(batches, evaluated):
             batch.proximal_logp = logp
         values = torch.cat([v for v, _ in evaluated]).cpu().numpy()  # [N, L+1]

@@ -463,7 +463,7 @@ def test_the_learner_evaluates_every_step_where_the_fragments_may_not_hold_its_o
         learner = PPOLearner(policy, config, torch.device("cpu"), acted_with_exact_weights=exact)
         learner.use_cpu_bf16 = bf16
         fragments = bandit_fragments(policy, 2, 4, rng, version=3, obs_fn=random_images(rng))
-        return learner.behaviour_outputs_hold([collate(fragments, np.arange(2), torch.device("cpu"))], version)
+        return learner.behaviour_outputs_hold(collate(fragments, np.arange(2), torch.device("cpu")), version)
 
     assert holds(feed_forward, version=3)
     assert not holds(feed_forward, version=4), "acted one version before the weights being trained"
