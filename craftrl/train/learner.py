@@ -179,9 +179,9 @@ class PPOLearner:
     def behaviour_outputs_hold(self, batch: Batch, version: int | None) -> bool:
         """Whether the batch's own values and log-probs are what :meth:`evaluate` would compute, up to rounding:
         every step was acted by ``version``, the weights about to be trained (always so in lock-step collection),
-        sent exactly, and this learner evaluates in float32 as the rollout acts; and the policy is feed-forward, so
-        there are no sequence states to record. The forward pass over every step, 8-10 % of the learner's computation per
-        iteration, then adds nothing (bench/notes/code_figures.md, "Learner")."""
+        sent exactly, and this learner evaluates in float32 as the rollout acts; and the policy is feed-forward,
+        so there are no sequence states to record. The forward pass over every step, 8-10 % of the learner's
+        computation per iteration, then adds nothing (bench/notes/code_figures.md, "Learner")."""
         if version is None or not self.acted_with_exact_weights or self.use_amp or self.use_cpu_bf16:
             return False
         return not tree_leaves(batch.state_in) and all(f.min_version == version == int(np.max(f.version))
