@@ -5,7 +5,9 @@ Why: on 2 cores the Crafter score is bounded by how much network the learner can
 that config, against the config as it runs today (``cpu_bf16`` 'auto', which times both precisions on its first
 iteration and keeps the faster):
 
-* ``float32``: the policy's input arrives NHWC, so its convolutions already run channels-last;
+* ``float32``: the policy's input arrives NHWC, so its convolutions already run channels-last; in lock-step the
+  learner takes the fragments' own values and log-probs instead of evaluating every step, as a run does;
+* ``float32, evaluating every step``: that evaluation pass run all the same, to show what skipping it saves;
 * ``float32, NCHW input``: the frames made NCHW-contiguous before the first convolution, to show what the
   channels-last layout is worth;
 * ``bf16``: ``cpu_bf16`` on (bf16 autocast; only with native bf16 instructions);
@@ -65,14 +67,16 @@ def compiled(policy: torch.nn.Module) -> torch.nn.Module:
 
 
 def time_variant(policy: torch.nn.Module, prepare: Callable[[torch.nn.Module], torch.nn.Module], train, fragments,
-                 repeats: int) -> tuple[float, float, bool]:
-    """(median seconds of ``repeats`` iterations after a warm-up, the warm-up's seconds, whether it ran in bf16)."""
-    learner = PPOLearner(prepare(copy.deepcopy(policy)), train, torch.device("cpu"))
+                 repeats: int, evaluate_every_step: bool = False) -> tuple[float, float, bool]:
+    """(median seconds of ``repeats`` iterations after a warm-up, the warm-up's seconds, whether it ran in bf16).
+    Each iteration trains the version that acted, as in lock-step, on weights sent in float32 as a run sends them."""
+    learner = PPOLearner(prepare(copy.deepcopy(policy)), train, torch.device("cpu"),
+                         acted_with_exact_weights=not evaluate_every_step)
+    version = fragments[0].min_version
     times = []
     for number in range(repeats + 1):
         started = time.perf_counter()
-        learner.iteration(fragments, train.whole_batch_iterations, train.whole_batch_iterations,
-                          torch.Generator().manual_seed(number))
+        learner.iteration(fragments, train.whole_batch_iterations, version, torch.Generator().manual_seed(number))
         times.append(time.perf_counter() - started)
     return statistics.median(times[1:]), times[0], learner.use_cpu_bf16
 
@@ -86,12 +90,14 @@ def main() -> None:
     load_before = os.getloadavg()[0]
     float32, bf16 = dataclasses.replace(train, cpu_bf16=False), dataclasses.replace(train, cpu_bf16=True)
     variants = {TODAY: (train, lambda p: p), "float32": (float32, lambda p: p),
+                "float32, evaluating every step": (float32, lambda p: p),
                 "float32, NCHW input": (float32, nchw_input), "bf16": (bf16, lambda p: p),
                 "float32 + torch.compile": (float32, compiled), "bf16 + torch.compile": (bf16, compiled)}
     measured, failed, seconds, today_in_bf16 = [], [], {}, False
     for name, (config, prepare) in variants.items():
         try:
-            median, first, in_bf16 = time_variant(policy, prepare, config, fragments, args.repeats)
+            median, first, in_bf16 = time_variant(policy, prepare, config, fragments, args.repeats,
+                                                  evaluate_every_step=name == "float32, evaluating every step")
         except Exception as error:  # torch.compile needs a working C++ toolchain; say so rather than stop
             failed.append(f"| {name} | failed: {type(error).__name__}: {str(error).splitlines()[0][:120]} | | |")
             continue
