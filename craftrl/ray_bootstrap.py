@@ -1,6 +1,6 @@
 """Start or join Ray with exactly the resources a config reserves.
 
-Two traps this avoids:
+Three traps this avoids:
 
 * On a 2-core machine a local Ray with ``num_cpus=2`` deadlocks: two Ray Train workers take both CPUs and the
   rollout workers wait forever. Locally we therefore declare as many *logical* CPUs as the config reserves
@@ -9,12 +9,19 @@ Two traps this avoids:
 * On an existing cluster, an actor that asks for more than the cluster has stays PENDING with no error
   (MineStudio's fate with undeclared custom resources). We compare the request with the cluster's resources
   up front and fail in one line.
+* Left in the launcher's process group, a local Ray's own processes (GCS, raylet, dashboard, monitors) die at
+  once from a SIGTERM sent to the whole group (``timeout``, ``kill -- -PGID``, job schedulers), and the
+  launcher's orderly stop then waits 60 s for the missing GCS and exits 1. They start in sessions of their own
+  instead, so only the launcher gets the signal and stops the run in order; they still die with the driver
+  (Ray's kernel fate-sharing).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -139,8 +146,34 @@ def ray_init(config: OnlineConfig | None = None, address: str | None = None, *,
                # one machine plays every node: it declares the custom resources the config places by
                "resources": dict(need.custom) or None}
     options.update(ray_kwargs)
-    ray.init(**options)
+    with ray_processes_in_their_own_session():
+        ray.init(**options)
     return ray.cluster_resources()
+
+
+@contextlib.contextmanager
+def ray_processes_in_their_own_session() -> Iterator[None]:
+    """While it is open, every process a local ``ray.init`` starts leads a session of its own (see the module
+    docstring). Only where the kernel ties them to the driver's life (Linux): elsewhere Ray's reaper stops them
+    by the driver's process group, so they stay in it. Ray starts them all through one private class,
+    ``ray._private.services.ConsolePopen``, which this swaps for the call (tests/foundation/test_ray_bootstrap.py
+    fails if a Ray release renames it)."""
+    from ray._private import services, utils
+
+    if not utils.detect_fate_sharing_support():
+        yield
+        return
+    popen = services.ConsolePopen
+
+    class OwnSessionPopen(popen):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **{**kwargs, "start_new_session": True})
+
+    services.ConsolePopen = OwnSessionPopen
+    try:
+        yield
+    finally:
+        services.ConsolePopen = popen
 
 
 def unreachable_reason(address: str, timeout: float = 5.0) -> str | None:

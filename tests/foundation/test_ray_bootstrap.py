@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -9,7 +10,8 @@ import textwrap
 import pytest
 
 from craftrl.config import build_config
-from craftrl.ray_bootstrap import ClusterResourceError, check_cluster_resources, local_cpu_count, required_resources
+from craftrl.ray_bootstrap import (ClusterResourceError, check_cluster_resources, local_cpu_count,
+                                   ray_processes_in_their_own_session, required_resources)
 
 BIG = {"rollout_config": {"num_rollout_workers": 2, "num_cpus_per_worker": 1},
        "train_config": {"num_workers": 2, "num_readers": 4, "num_cpus_per_reader": 0.25}}
@@ -41,6 +43,30 @@ def test_cluster_check_names_what_is_missing():
 def _python(script: str, **kwargs) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", textwrap.dedent(script)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, stdin=subprocess.PIPE, text=True, **kwargs)
+
+
+def test_a_local_rays_processes_lead_sessions_of_their_own_so_a_signal_to_the_launchers_group_misses_them():
+    """The class Ray starts its GCS, raylet and monitors with: inside the context a process leads a new session
+    (a SIGTERM to the launcher's group cannot reach it), outside it stays in the launcher's; the class is Ray's
+    own again afterwards. The whole run under such a signal: test_process_faults.py, 'sigterm-to-group'."""
+    from ray._private import services, utils
+
+    if not utils.detect_fate_sharing_support():
+        pytest.skip("without kernel fate-sharing Ray's processes stay in the driver's group")
+    rays_own = services.ConsolePopen
+    started = []
+    try:
+        with ray_processes_in_their_own_session():
+            started.append(services.ConsolePopen(["sleep", "30"]))
+        started.append(services.ConsolePopen(["sleep", "30"]))
+        inside, outside = started
+        assert os.getsid(inside.pid) == inside.pid and os.getpgid(inside.pid) == inside.pid
+        assert os.getsid(outside.pid) == os.getsid(0) and os.getpgid(outside.pid) == os.getpgid(0)
+        assert services.ConsolePopen is rays_own
+    finally:
+        for process in started:
+            process.kill()
+            process.wait()
 
 
 @pytest.mark.ray
