@@ -7,7 +7,7 @@ it (``craftrl train`` names the env's declared ``task_metrics``) gets a row of i
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from craftrl.config.validate import ConfigError
 from craftrl.metrics import read_jsonl
@@ -42,6 +42,15 @@ def plotted_rows(curves: dict[str, dict[str, list[float]]], task_metrics: Sequen
     return [RETURN] + [key for key in keys if any(v == v for curve in curves.values() for v in curve.get(key, ()))]
 
 
+def env_steps_tick(value: float, _position: object = None) -> str:
+    """An env-step axis label short enough that neighbouring ticks never run into each other: 150k, 1.2M."""
+    if abs(value) >= 1e6:
+        return f"{value / 1e6:.3g}M"
+    if abs(value) >= 1e3:
+        return f"{value / 1e3:.3g}k"
+    return f"{value:.0f}"
+
+
 def plot_runs(run_dirs: list[Path], out: Path, task_metrics: Sequence[str] = ()) -> Path:
     import matplotlib
 
@@ -50,7 +59,18 @@ def plot_runs(run_dirs: list[Path], out: Path, task_metrics: Sequence[str] = ())
 
     keys = [RETURN] + [episode_mean_key(name) for name in task_metrics]
     curves = {run_dir.name: read_curve(run_dir, keys) for run_dir in run_dirs}
-    rows = plotted_rows(curves, task_metrics)
+    figure = draw_curves(curves, plotted_rows(curves, task_metrics))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(out, dpi=110)
+    plt.close(figure)
+    return out
+
+
+def draw_curves(curves: dict[str, dict[str, list[float]]], rows: Sequence[str]) -> Any:
+    """A matplotlib figure: one row per key of ``rows``, against env steps (left) and wall time (right)."""
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
+
     figure, axes = plt.subplots(len(rows), 2, figsize=(11, 3.6 * len(rows)), squeeze=False)
     for row, key in enumerate(rows):
         for name, curve in curves.items():
@@ -58,15 +78,13 @@ def plot_runs(run_dirs: list[Path], out: Path, task_metrics: Sequence[str] = ())
             axes[row][1].plot(curve["minutes"], curve[key], label=name)
         label = "mean return" if key == RETURN else f"{key.removeprefix('episodes/').removesuffix('_mean')} per episode"
         axes[row][0].set(xlabel="env steps", ylabel=label)
+        axes[row][0].xaxis.set_major_formatter(FuncFormatter(env_steps_tick))
         axes[row][1].set(xlabel="wall time (min)", ylabel=label)
         for axis in axes[row]:
             axis.grid(alpha=0.3)
     axes[0][1].legend(fontsize=8)
     figure.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(out, dpi=110)
-    plt.close(figure)
-    return out
+    return figure
 
 
 def plot_command(run_dirs: list[str], out: str | None, task_metrics: Sequence[str] = ()) -> int:

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from craftrl.cli.evaluate import EpisodeResult, format_table
-from craftrl.cli.plot import RETURN, plot_runs, plotted_rows, read_curve
+from craftrl.cli.plot import RETURN, draw_curves, env_steps_tick, plot_runs, plotted_rows, read_curve
 
 
 def write_run(root: Path, name: str, records: list[dict[str, float]]) -> Path:
@@ -29,6 +29,20 @@ def test_the_plot_has_a_row_for_each_named_task_metric_some_run_reports(tmp_path
     assert plotted_rows(curves, ()) == [RETURN]
     out = plot_runs([cows, wood], tmp_path / "curve.png", ("cows_killed",))
     assert out.stat().st_size > 10_000
+
+
+def test_the_env_step_axis_reads_in_thousands_and_millions():
+    """Six-digit tick labels ran into each other at the figure's width (100000150000200000...)."""
+    assert [env_steps_tick(v) for v in (0, 500, 50_000, 150_000, 410_000, 1_000_000, 1_250_000, 12_500_000)] == \
+        ["0", "500", "50k", "150k", "410k", "1M", "1.25M", "12.5M"]
+    curve = {"steps": [0.0, 400_000.0], "minutes": [0.0, 6.0], RETURN: [0.0, 5.0]}
+    figure = draw_curves({"run": curve}, [RETURN])
+    steps_axis, minutes_axis = figure.axes
+    assert steps_axis.xaxis.get_major_formatter()(150_000, 0) == "150k"
+    assert minutes_axis.get_xlabel() == "wall time (min)"
+    import matplotlib.pyplot as plt
+
+    plt.close(figure)
 
 
 def test_the_eval_table_has_a_column_for_each_declared_task_metric():
