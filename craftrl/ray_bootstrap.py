@@ -10,10 +10,10 @@ Three traps this avoids:
   (MineStudio's fate with undeclared custom resources). We compare the request with the cluster's resources
   up front and fail in one line.
 * Left in the launcher's process group, a local Ray's own processes (GCS, raylet, dashboard, monitors) die at
-  once from a SIGTERM sent to the whole group (``timeout``, ``kill -- -PGID``, job schedulers), and the
-  launcher's orderly stop then waits 60 s for the missing GCS and exits 1. They start in sessions of their own
-  instead, so only the launcher gets the signal and stops the run in order; they still die with the driver
-  (Ray's kernel fate-sharing).
+  once from a SIGTERM sent to the whole group (``timeout``, ``kill -- -PGID``, launchers that stop a job by its
+  group), and the launcher's orderly stop then waits 60 s for the missing GCS and exits 1. They start in
+  sessions of their own instead, so only the launcher gets the signal and stops the run in order; they still
+  die with the driver (Ray's kernel fate-sharing).
 """
 
 from __future__ import annotations

@@ -346,8 +346,8 @@ def test_resume_picks_the_run_and_checkpoint_a_user_means(tmp_path: Path):
 @pytest.mark.parametrize("stop", ["ctrl-c", "sigterm", "sigterm-to-group"])
 def test_a_stopped_run_saves_a_checkpoint_and_leaves_no_process_behind(tmp_path: Path, stop: str):
     """Ctrl-C is SIGINT to the terminal's foreground process group: the CLI and every process in its group;
-    ``kill PID`` sends SIGTERM to the CLI alone; ``timeout``, ``kill -- -PGID`` and job schedulers send SIGTERM
-    to the whole group."""
+    ``kill PID`` sends SIGTERM to the CLI alone; ``timeout``, ``kill -- -PGID`` and launchers that stop a job by
+    its group send SIGTERM to the whole group."""
     output_root = tmp_path / "runs"
     # A background job of a non-interactive shell (`make test &`, a CI script) starts with SIGINT ignored, and
     # every process it starts inherits that: its Ctrl-C would be ignored by design. A user's Ctrl-C reaches a
