@@ -40,7 +40,7 @@ check: $(STAMP)
 bench: $(STAMP)
 	$(PY) bench/run_all.py
 
-# The benchmarks that need no learning run: about 20 min on 2 cores.
+# The benchmarks that need no learning run: about 30 min on 2 cores.
 bench-quick: $(STAMP)
 	$(PY) bench/run_all.py --quick
 

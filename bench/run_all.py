@@ -6,7 +6,7 @@ files alone: the headline list, then every section as written. Scripts run one a
 share the 2 cores and skew each other.
 
     python bench/run_all.py            # everything: about 3.5 h on 2 cores (make bench)
-    python bench/run_all.py --quick    # no learning run: about 20 min (make bench-quick)
+    python bench/run_all.py --quick    # no learning run: about 30 min (make bench-quick)
     python bench/run_all.py --rebuild-only
 """
 
