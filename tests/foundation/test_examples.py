@@ -57,6 +57,44 @@ def test_default_config_is_valid_and_its_policy_acts():
     assert reward >= 0.0 and not (terminated and truncated)
 
 
+def _flat(tree, path=""):
+    """A nested dict as {dotted path: leaf value}."""
+    if not isinstance(tree, dict):
+        return {path: tree}
+    return {leaf: value for key, sub in tree.items() for leaf, value in _flat(sub, f"{path}.{key}".lstrip(".")).items()}
+
+
+def _differences_from_default(loaded) -> set[str]:
+    """The resolved config keys whose values differ from craftrl.configs.default's, and "policy" when the policy's
+    parameter shapes do."""
+    default = load_config("craftrl.configs.default")
+    ours, theirs = (_flat(dataclasses.asdict(c.online)) for c in (loaded, default))
+    differing = {path for path in ours if ours[path] != theirs[path]}
+    shapes = [{k: v.shape for k, v in c.policy_generator().state_dict().items()} for c in (loaded, default)]
+    return differing | ({"policy"} if shapes[0] != shapes[1] else set())
+
+
+def test_kill_cows_example_learns_with_the_default_configs_settings():
+    """examples/kill_cows.py writes out MineStudio's keys with craftrl.configs.default's values, the ones that learn
+    the sparse cows reward on a laptop; its env declares the task metric the progress line shows."""
+    example = load_config(str(EXAMPLES[0].parent / "kill_cows.py"))
+    assert _differences_from_default(example) == {"logger_config.name", "train_config.num_iterations"}
+    env = example.env_generator()
+    assert env.task_metrics == ("cows_killed",)
+    env.close()
+
+
+def test_readme_config_is_the_default_configs_settings_under_another_name(tmp_path):
+    """The README's "Bring your own task" config starts from craftrl.configs.default's settings; the schema's
+    defaults alone do not learn the cows task on a few cores (bench/notes/default_config.md)."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme[readme.index("## Bring your own task"):]
+    code = section[section.index("```python\n") + len("```python\n"):section.index("\n```\n")]
+    (tmp_path / "my_config.py").write_text(code)
+    mine = load_config(str(tmp_path / "my_config.py"))
+    assert _differences_from_default(mine) == {"logger_config.name", "train_config.num_iterations"}
+
+
 def test_crafter_score_config_is_moon_et_als_settings_with_a_wide_tile_policy_in_lock_step_on_a_cpu():
     """bench/crafter_score.py (P6) trains craftrl.configs.crafter_score: crafter_resnet's PPO settings on the full
     game, a feed-forward tile policy 64 + 128 wide that a CPU can train, collected in lock-step with the learner."""
