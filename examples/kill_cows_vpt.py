@@ -1,12 +1,14 @@
 """Kill cows (Crafter) with the VPT network: OpenAI's published model when you give its files, else ``vpt_tiny``.
 
     VPT_MODEL=foundation-model-1x.model VPT_WEIGHTS=foundation-model-1x.weights craftrl train examples/kill_cows_vpt.py
-    craftrl train examples/kill_cows_vpt.py          # vpt_tiny: the same code at a size a CPU can train
+    craftrl train examples/kill_cows_vpt.py          # vpt_tiny: the same code at a size a CPU can run
 
 Nothing is downloaded: the ``.model``/``.weights`` files must be on disk. VPT acts in MineRL's action space
 (8641 button combinations x 121 camera bins), which Crafter does not have, so this example keeps VPT's
 trunk (Impala CNN + transformer memory) and its value head, and trains a fresh 17-way action head for
 Crafter on the trunk's latent. On MinecraftSim (examples/minecraft_kill_cows.py) VPT's own head is used.
+It shows VPT's network trained by craftrl; on a laptop the config that learns this task in minutes is
+examples/kill_cows.py (bench/notes/default_config.md, "A config that leaves the learning settings out").
 """
 
 import os
