@@ -1,8 +1,10 @@
 """``craftrl eval CHECKPOINT``: play episodes with a trained policy, print a table, optionally write an mp4.
 
-The generators come from the run directory's saved config source (``config_source.py`` / ``.yaml`` next to
-``checkpoints/``), or from ``--config`` when the checkpoint was moved. Episodes run in this process, one env,
-with the recurrent state carried and reset exactly as in training.
+The generators come from the run directory's saved config source (``config_source.py`` / ``.yaml``), or from
+``--config`` when the checkpoint was moved. A run directory's checkpoints are where its ``config.yaml`` says
+``train_config.save_path`` is: ``checkpoints/`` inside it for ``craftrl train``, the launcher's directory for a
+MineStudio launcher's run with a relative ``save_path``. Episodes run in this process, one env, with the recurrent
+state carried and reset exactly as in training.
 """
 
 from __future__ import annotations
@@ -31,38 +33,70 @@ class EpisodeResult:
     metrics: dict[str, float]
 
 
-def find_config_source(checkpoint: Path) -> Path | None:
-    """The run directory's saved config: ``<run>/checkpoints/iter_N`` -> ``<run>/config_source.*``."""
-    for directory in (checkpoint.parent.parent, checkpoint.parent):
+def find_config_source(checkpoint: Path, run: Path | None = None) -> Path | None:
+    """The saved config of ``run``, else of the run holding the checkpoint: ``<run>/checkpoints/iter_N`` ->
+    ``<run>/config_source.*``."""
+    directories = ([run] if run is not None else []) + [checkpoint.parent.parent, checkpoint.parent]
+    for directory in directories:
         for name in ("config_source.py", "config_source.yaml"):
             if (directory / name).is_file():
                 return directory / name
     return None
 
 
-def locate_checkpoint(argument: str) -> Path:
-    """A checkpoint directory, a ``checkpoints/`` directory or a run directory (its newest checkpoint)."""
+# A run's final checkpoint is written after its last metrics line: at most this much later.
+FINAL_SAVE_GRACE_S = 120.0
+
+
+def checkpoints_of_run(run: Path) -> list[tuple[int, Path]]:
+    """The checkpoints a run directory's run wrote, oldest first, under the ``save_path`` its ``config.yaml``
+    records. A ``save_path`` outside the run directory may be shared by several runs (a MineStudio launcher's
+    relative paths resolve against its working directory), so only checkpoints written between the run's start
+    (its config.yaml) and its last metrics line count."""
+    import yaml
+
+    try:
+        save_path = yaml.safe_load((run / "config.yaml").read_text())["train_config"]["save_path"]
+    except (OSError, yaml.YAMLError, KeyError, TypeError):
+        return []
+    directory = run / Path(save_path).expanduser()  # an absolute save_path replaces the run directory
+    found = list_checkpoints(directory)
+    if directory.resolve().is_relative_to(run.resolve()):
+        return found
+    started = (run / "config.yaml").stat().st_mtime
+    metrics = run / "metrics.jsonl"
+    ended = metrics.stat().st_mtime + FINAL_SAVE_GRACE_S if metrics.is_file() else float("inf")
+    return [(iteration, path) for iteration, path in found
+            if started <= (path / STATE_FILE).stat().st_mtime <= ended]
+
+
+def locate_checkpoint(argument: str) -> tuple[Path, Path | None]:
+    """A checkpoint directory, a ``checkpoints/`` directory or a run directory (its newest checkpoint), and the run
+    directory when one was given."""
+    from craftrl.run_dir import RunDirectory
+
     path = Path(argument).expanduser()
     if not path.exists():
         raise ConfigError([f"eval: {argument} does not exist (expected a run directory, its checkpoints/ directory, "
                            f"or a checkpoint directory holding {STATE_FILE})"])
     if (path / STATE_FILE).is_file():
-        return path
-    for directory in (path, path / "checkpoints"):
-        found = list_checkpoints(directory)
-        if found:
-            return found[-1][1]
+        return path, None
+    run = path if RunDirectory.is_run_directory(path) else None
+    # checkpoints/ first: a run directory copied elsewhere still finds its own, whatever its config.yaml recorded
+    found = list_checkpoints(path) or list_checkpoints(path / "checkpoints") or (checkpoints_of_run(path) if run else [])
+    if found:
+        return found[-1][1], run
     raise ConfigError([f"eval: {argument}: no checkpoint here (expected a run directory, its checkpoints/ "
                        f"directory, or a checkpoint directory holding {STATE_FILE})"])
 
 
 def load_for_eval(checkpoint: str, config_spec: str | None) -> tuple[LoadedConfig, dict[str, Any], Path]:
-    path = locate_checkpoint(checkpoint)
+    path, run = locate_checkpoint(checkpoint)
     try:
         payload = load_checkpoint(path)
     except (FileNotFoundError, ValueError) as error:
         raise ConfigError([f"eval: {error}"]) from None
-    spec = config_spec or find_config_source(path)
+    spec = config_spec or find_config_source(path, run)
     if spec is None:
         raise ConfigError([f"eval: no config_source.py/.yaml found near {path}; pass --config CONFIG"])
     return load_config(str(spec)), payload, path

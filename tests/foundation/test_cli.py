@@ -106,3 +106,29 @@ def test_eval_of_something_that_is_not_a_checkpoint_is_one_clear_error(tmp_path:
     assert "no checkpoint here" in result.stderr and "Traceback" not in result.stderr
     result = craftrl("plot", str(tmp_path))
     assert result.returncode == 2 and "no metrics.jsonl" in result.stderr
+
+
+MINESTUDIO_LAUNCHER = f"""
+import sys
+sys.path.insert(0, {str(TESTS / "config_fixtures")!r})
+from craftrl import start_rolloutmanager, start_trainer
+from tiny import env_generator, online_dict, policy_generator
+
+start_rolloutmanager(policy_generator, env_generator, online_dict)
+start_trainer(policy_generator, env_generator, online_dict, open({TINY!r}).read())
+"""
+
+
+@pytest.mark.ray
+def test_eval_finds_the_checkpoints_of_a_minestudio_launchers_run_beside_the_launcher(tmp_path: Path):
+    """A MineStudio launcher's relative save_path resolves against its working directory, outside the run
+    directory: `craftrl eval <run directory>` finds them through the run's config.yaml."""
+    (tmp_path / "launcher.py").write_text(MINESTUDIO_LAUNCHER)
+    launched = subprocess.run([sys.executable, "launcher.py"], cwd=tmp_path, capture_output=True, text=True,
+                              timeout=300)
+    assert launched.returncode == 0, launched.stderr[-3000:]
+    (run,) = (tmp_path / "runs").iterdir()
+    assert not (run / "checkpoints").exists() and (tmp_path / "checkpoints" / "iter_00000002").is_dir()
+    result = craftrl("eval", str(run), "--episodes", "1")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"{tmp_path / 'checkpoints' / 'iter_00000002'} (iteration 2, version 2)" in result.stdout
