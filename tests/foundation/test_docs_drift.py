@@ -31,3 +31,17 @@ def test_every_key_has_a_one_line_meaning_and_appears_in_the_docs():
         doc = spec.metadata.get("doc", "")
         assert doc and "\n" not in doc, f"{path} needs a one-line meaning"
         assert f"`{path}`" in text
+
+
+def test_the_yaml_example_in_docs_config_md_is_a_valid_config(tmp_path: Path):
+    from craftrl.config import load_config
+
+    text = DOCS.read_text()
+    start = text.index("```yaml\n") + len("```yaml\n")
+    (tmp_path / "my_config.yaml").write_text(text[start:text.index("\n```", start)])
+    loaded = load_config(str(tmp_path / "my_config.yaml"))
+    assert loaded.online.train_config.num_iterations == 300 and loaded.online.logger_config.name == "my-cows"
+    env = loaded.env_generator()
+    assert env.task_metrics == ("cows_killed",)
+    env.close()
+    assert type(loaded.policy_generator().encoder).__name__ == "TileEncoder"
