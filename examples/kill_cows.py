@@ -3,7 +3,7 @@
 MineStudio's structure: an env built from callbacks (cows summoned near the player, +1 per kill, a wooden sword
 to start with, 600-step episodes), a policy generator and an ``online_dict`` that writes out MineStudio's keys.
 The values, and the keys craftrl adds, are ``craftrl.configs.default``'s, which learn this sparse reward on a
-2-core laptop in minutes; the schema's defaults are MineStudio's, set for Minecraft on GPU machines
+2-core laptop in minutes; the schema's defaults follow MineStudio's, set for Minecraft on GPU machines
 (bench/notes/default_config.md, "A config that leaves the learning settings out"). Run it either way:
 
     craftrl train examples/kill_cows.py            # the CLI: run directory, progress line, curve at the end
