@@ -115,6 +115,7 @@ online_dict = {
     "logger_config": {"name": "kill_cows"},
 }
 
+
 if __name__ == "__main__":
     from omegaconf import OmegaConf
 
