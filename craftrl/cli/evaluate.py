@@ -22,6 +22,7 @@ from craftrl.config.validate import ConfigError
 from craftrl.envs.contract import (ContractError, check_env_methods, check_reset_result, check_step_result,
                                    declared_task_metrics)
 from craftrl.rollout.loop import action_rows, obs_batch
+from craftrl.run_dir import RunDirectory
 from craftrl.train.checkpoint import STATE_FILE, list_checkpoints, load_checkpoint
 
 
@@ -59,7 +60,7 @@ def checkpoints_of_run(run: Path) -> list[tuple[int, Path]]:
         save_path = yaml.safe_load((run / "config.yaml").read_text())["train_config"]["save_path"]
     except (OSError, yaml.YAMLError, KeyError, TypeError):
         return []
-    directory = run / Path(save_path).expanduser()  # an absolute save_path replaces the run directory
+    directory = RunDirectory(run).resolve(save_path)
     found = list_checkpoints(directory)
     if directory.resolve().is_relative_to(run.resolve()):
         return found
@@ -73,8 +74,6 @@ def checkpoints_of_run(run: Path) -> list[tuple[int, Path]]:
 def locate_checkpoint(argument: str) -> tuple[Path, Path | None]:
     """A checkpoint directory, a ``checkpoints/`` directory or a run directory (its newest checkpoint), and the run
     directory when one was given."""
-    from craftrl.run_dir import RunDirectory
-
     path = Path(argument).expanduser()
     if not path.exists():
         raise ConfigError([f"eval: {argument} does not exist (expected a run directory, its checkpoints/ directory, "
