@@ -57,6 +57,15 @@ def _validated(policy_generator: Callable[[], Any], env_generator: Callable[[], 
     return RunDirectory(Path.cwd()).resolve_config_paths(config)
 
 
+def _launcher_directory() -> str:
+    """Where a launcher imports its own modules from: its script's directory (Python puts it on the import path),
+    or the working directory for ``python -m`` and interactive sessions."""
+    main = sys.modules.get("__main__")
+    script = getattr(main, "__file__", None)
+    ran_as_script = script is not None and getattr(main, "__spec__", None) is None
+    return str(Path(script).resolve().parent if ran_as_script else Path.cwd())
+
+
 def start_rolloutmanager(policy_generator: Callable[[], Any], env_generator: Callable[[], Any],
                          online_cfg: Mapping[str, Any] | OnlineConfig, address: str | None = None) -> Any:
     """Start the named ``rollout_manager`` actor with its workers, the replay buffer and episode statistics.
@@ -118,7 +127,7 @@ def start_trainer(policy_generator: Callable[[], Any], env_generator: Callable[[
             ray_init(config)
     if run_dir is None:
         directory = RunDirectory.create(config.output_root, config.logger_config.name)
-        directory.save_config(config, whole_config or "", "config.py")
+        directory.save_config(config, whole_config or "", "config.py", code_dir=_launcher_directory())
         run_dir = str(directory.root)
     if find(METRICS) is None:
         start_metrics_sink(run_dir, config)

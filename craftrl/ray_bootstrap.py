@@ -93,15 +93,23 @@ def check_cluster_resources(config: OnlineConfig, available: dict[str, float]) -
 
 
 def ray_init(config: OnlineConfig | None = None, address: str | None = None, *,
-             include_dashboard: bool | None = None, machine_cpus: int | None = None,
+             include_dashboard: bool | None = None, machine_cpus: int | None = None, code_dir: str | None = None,
              **ray_kwargs: Any) -> dict[str, float]:
     """Start a local Ray sized to ``config`` or join ``address`` and check it can host ``config``.
 
-    Returns the cluster's resources. Usage statistics are always off and the namespace is ``craftrl``.
+    ``code_dir``: a directory Ray's workers import the user's modules from, as they do from the directory of the
+    driver's script (``craftrl train``'s config file plays the script). Returns the cluster's resources. Usage
+    statistics are always off and the namespace is ``craftrl``.
     """
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     import ray
+
+    if code_dir is not None and "job_config" not in ray_kwargs:
+        from ray.job_config import JobConfig
+
+        # the field Ray fills with the script's directory; Ray adds that and the working directory to it
+        ray_kwargs["job_config"] = JobConfig(_py_driver_sys_path=[code_dir])
 
     config = config or OnlineConfig()
     address = address if address is not None else config.ray_config.address

@@ -4,6 +4,7 @@ Layout (``<output_root>/<logger_config.name>-<YYYYmmdd-HHMMSS>/``)::
 
     config.yaml          resolved config, every key with its effective value
     config_source.*      the config file's own text (MineStudio's ``whole_config``)
+    config_dir.txt       the directory that config imports its own modules from (``craftrl eval`` uses it)
     metrics.jsonl        one JSON object per logged step
     episodes.jsonl       one JSON object per finished episode (return, length, task metrics, version)
     tensorboard/         TensorBoard event files
@@ -34,6 +35,7 @@ from craftrl.config.schema import OnlineConfig
 from craftrl.config.validate import ConfigError
 
 RESUME_LATEST = "latest"
+CONFIG_DIR_FILE = "config_dir.txt"
 
 
 @dataclass(frozen=True)
@@ -91,9 +93,10 @@ class RunDirectory:
         train = dataclasses.replace(config.train_config, save_path=str(self.resolve(config.train_config.save_path)))
         return dataclasses.replace(config, rollout_config=rollout, train_config=train)
 
-    def save_config(self, config: OnlineConfig, source_text: str, origin: str,
+    def save_config(self, config: OnlineConfig, source_text: str, origin: str, code_dir: str | None = None,
                     previous_until_iteration: int | None = None) -> None:
-        """Write the resolved config and the config file's text.
+        """Write the resolved config, the config file's text and ``code_dir``, where that text imports its own
+        modules from (the saved copy lies elsewhere than the original, beside which they are).
 
         A resumed run passes ``previous_until_iteration`` (the checkpoint it continues from): the config that
         produced the run so far is kept as ``logs/config-until-iter_<N>.yaml`` instead of being overwritten,
@@ -106,6 +109,8 @@ class RunDirectory:
         current.write_text(config_to_yaml(config))
         suffix = ".yaml" if origin.endswith((".yaml", ".yml")) else ".py"
         (self.root / f"config_source{suffix}").write_text(source_text)
+        if code_dir is not None:
+            (self.root / CONFIG_DIR_FILE).write_text(code_dir + "\n")
 
 
 @dataclass(frozen=True)

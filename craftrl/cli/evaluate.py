@@ -22,7 +22,7 @@ from craftrl.config.validate import ConfigError
 from craftrl.envs.contract import (ContractError, check_env_methods, check_reset_result, check_step_result,
                                    declared_task_metrics)
 from craftrl.rollout.loop import action_rows, obs_batch
-from craftrl.run_dir import RunDirectory
+from craftrl.run_dir import CONFIG_DIR_FILE, RunDirectory
 from craftrl.train.checkpoint import STATE_FILE, list_checkpoints, load_checkpoint
 
 
@@ -95,10 +95,14 @@ def load_for_eval(checkpoint: str, config_spec: str | None) -> tuple[LoadedConfi
         payload = load_checkpoint(path)
     except (FileNotFoundError, ValueError) as error:
         raise ConfigError([f"eval: {error}"]) from None
-    spec = config_spec or find_config_source(path, run)
-    if spec is None:
+    if config_spec is not None:
+        return load_config(config_spec), payload, path
+    saved = find_config_source(path, run)
+    if saved is None:
         raise ConfigError([f"eval: no config_source.py/.yaml found near {path}; pass --config CONFIG"])
-    return load_config(str(spec)), payload, path
+    recorded = saved.parent / CONFIG_DIR_FILE  # the saved copy imports its modules from beside the original
+    code_dir = recorded.read_text().strip() if recorded.is_file() else None
+    return load_config(str(saved), code_dir=code_dir), payload, path
 
 
 def load_eval_policy(loaded: LoadedConfig, model_state: dict[str, torch.Tensor]) -> torch.nn.Module:

@@ -45,13 +45,13 @@ def train_command(loaded: LoadedConfig) -> int:
         run_dir = RunDirectory.create(config.output_root, config.logger_config.name)
     config = run_dir.resolve_config_paths(config)
     check_resume(config.train_config.resume, config.train_config.save_path)  # 'latest' needs the resolved save_path
-    run_dir.save_config(config, loaded.source_text, loaded.origin,
+    run_dir.save_config(config, loaded.source_text, loaded.origin, loaded.code_dir,
                         previous_until_iteration=resume.iteration if resume and resume.run_dir else None)
     print(f"craftrl: run directory {run_dir.root}", flush=True)
     if resume is not None:
         print(f"craftrl: resuming from {resume.checkpoint}", flush=True)
     try:
-        ray_init(config)
+        ray_init(config, code_dir=loaded.code_dir)
     except ClusterResourceError as error:
         print(f"craftrl: error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT

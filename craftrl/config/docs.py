@@ -36,6 +36,11 @@ online_dict:
   logger_config: {name: my-cows}
 ```
 
+A config imports the modules of yours that lie beside it, as a script does (`from my_envs import MyEnv` in
+`project/my_config.py`, with `project/my_envs.py`): its directory comes first on the import path of the driver, the
+Ray workers and their env processes, and `craftrl eval` of the run imports from there too. A config given by module
+name is looked up from the working directory first, as `python -m` does.
+
 Relative paths (`train_config.save_path`, `rollout_config.worker_config.video_output_dir`,
 `rollout_config.replay_buffer_config.database_config.path`) resolve inside the run directory
 `<output_root>/<logger_config.name>-<timestamp>/` under `craftrl train`, and against the launcher's working

@@ -8,8 +8,13 @@ A config is either
   (``package.module:function``, or ``{target: ..., kwargs: {...}}`` for a partial) and an ``online_dict``.
 
 The source text of the file is kept (MineStudio's ``whole_config``) so a run directory records exactly what
-was run. Generators from a ``.py`` file are registered with cloudpickle *by value*: that file is not on the
-import path of env processes or Ray workers, so pickling them by reference would fail there.
+was run. Generators from a ``.py`` file are registered with cloudpickle *by value*: the file itself is not
+imported by name in env processes or Ray workers, so pickling them by reference would fail there.
+
+A config imports the modules beside it as a script does (``from my_env import MyEnv``, a file next to
+``my_config.py``): its directory goes first on the import path, and a module name is looked up from the working
+directory first, as ``python -m`` does. ``LoadedConfig.code_dir`` names that directory, so that Ray's workers and
+the env processes they start can import the same modules.
 """
 
 from __future__ import annotations
@@ -40,10 +45,19 @@ class LoadedConfig:
     online: OnlineConfig
     source_text: str
     origin: str
+    code_dir: str  # where the config's own modules are imported from (absolute)
 
 
-def load_config(spec: str, overrides: Iterable[str] = ()) -> LoadedConfig:
-    """Load ``spec`` (module name, ``.py`` path or ``.yaml`` path), apply overrides, validate."""
+def load_config(spec: str, overrides: Iterable[str] = (), code_dir: str | Path | None = None) -> LoadedConfig:
+    """Load ``spec`` (module name, ``.py`` path or ``.yaml`` path), apply overrides, validate.
+
+    ``code_dir`` is where the config's own modules are imported from: by default the config file's directory, or
+    the working directory for a module name (a run directory's saved copy of a config passes the original's).
+    """
+    is_file = spec.endswith((".py", ".yaml", ".yml"))
+    code_dir = str(Path(code_dir or (Path(spec).parent if is_file else Path.cwd())).resolve())
+    if code_dir not in sys.path:
+        sys.path.insert(0, code_dir)
     if spec.endswith((".yaml", ".yml")):
         env_gen, policy_gen, online_dict, text = _load_yaml(spec)
     else:
@@ -54,7 +68,7 @@ def load_config(spec: str, overrides: Iterable[str] = ()) -> LoadedConfig:
     raw = apply_overrides(raw, overrides)
     for name, generator in (("env_generator", env_gen), ("policy_generator", policy_gen)):
         check_generator(name, generator, where=spec)
-    return LoadedConfig(env_gen, policy_gen, build_config(raw), text, spec)
+    return LoadedConfig(env_gen, policy_gen, build_config(raw), text, spec, code_dir)
 
 
 def check_generator(name: str, generator: Any, where: str = "config") -> None:

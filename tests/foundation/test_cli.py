@@ -100,6 +100,40 @@ def test_eval_and_plot_work_on_a_trained_run(tiny_run: tuple[subprocess.Complete
     assert plotted.returncode == 0 and out.stat().st_size > 10_000
 
 
+PROJECT_FILES = {
+    "my_envs.py": "from craftrl.testing.scripted_env import ScriptedEnv\n\n"
+                  "def make_env():\n    return ScriptedEnv(episode_length=6)\n",
+    "my_policies.py": "from craftrl.policies import default_policy_generator\n\n"
+                      "def make_policy():\n    return default_policy_generator(**{tiny_policy!r})\n",
+    "my_config.py": "def env_generator():\n    from my_envs import make_env\n    return make_env()\n\n"
+                    "def policy_generator():\n    from my_policies import make_policy\n    return make_policy()\n\n"
+                    "online_dict = {online!r}\n",
+}
+
+
+@pytest.mark.ray
+def test_a_config_imports_the_modules_beside_it_in_every_process_of_a_run(tmp_path: Path):
+    """``craftrl train project/my_config.py`` from another directory, as the console script: the env processes of
+    the rollout workers import my_envs and the train worker my_policies, both beside the config; ``craftrl eval``
+    of the run, from a third directory, imports them beside the original config, not its saved copy."""
+    from config_fixtures.tiny import TINY_POLICY, tiny_online
+
+    project, elsewhere, runs = tmp_path / "project", tmp_path / "elsewhere", tmp_path / "runs"
+    project.mkdir()
+    elsewhere.mkdir()
+    for name, text in PROJECT_FILES.items():
+        (project / name).write_text(text.format(tiny_policy=TINY_POLICY, online=tiny_online(tmp_path)))
+    console_script = str(Path(sys.executable).parent / "craftrl")
+    trained = subprocess.run([console_script, "train", str(project / "my_config.py"), f"output_root={runs}"],
+                             cwd=elsewhere, capture_output=True, text=True, timeout=300)
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    (run,) = runs.iterdir()
+    evaluated = subprocess.run([console_script, "eval", str(run), "--episodes", "1"], cwd=tmp_path,
+                               capture_output=True, text=True, timeout=300)
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    assert "iteration 2, version 2" in evaluated.stdout
+
+
 def test_eval_of_something_that_is_not_a_checkpoint_is_one_clear_error(tmp_path: Path):
     result = craftrl("eval", str(tmp_path))
     assert result.returncode == 2
@@ -129,6 +163,7 @@ def test_eval_finds_the_checkpoints_of_a_minestudio_launchers_run_beside_the_lau
     assert launched.returncode == 0, launched.stderr[-3000:]
     (run,) = (tmp_path / "runs").iterdir()
     assert not (run / "checkpoints").exists() and (tmp_path / "checkpoints" / "iter_00000002").is_dir()
+    assert (run / "config_dir.txt").read_text() == f"{tmp_path.resolve()}\n"  # the launcher's own modules
     result = craftrl("eval", str(run), "--episodes", "1")
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"{tmp_path / 'checkpoints' / 'iter_00000002'} (iteration 2, version 2)" in result.stdout

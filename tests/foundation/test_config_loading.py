@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -62,6 +64,69 @@ def test_yaml_config_names_generators_by_import_path(tmp_path: Path):
     assert loaded.online.train_config.num_iterations == 7
     assert loaded.policy_generator() == {"width": 3}
     assert loaded.env_generator.__name__ == "env_generator"
+
+
+@pytest.fixture
+def console_script_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> str:
+    """The import path as the ``craftrl`` console script has it (its own directory, not the working directory),
+    restored afterwards; returns a module-name prefix of this test's own."""
+    monkeypatch.setattr(sys, "path", [entry for entry in sys.path if entry not in ("", os.getcwd())])
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    return re.sub(r"\W", "_", tmp_path.name)
+
+
+def _project_beside_its_config(directory: Path, prefix: str) -> None:
+    directory.mkdir()
+    (directory / f"{prefix}_envs.py").write_text("def make_env():\n    return 'made beside the config'\n")
+    (directory / f"{prefix}_config.py").write_text(textwrap.dedent(f"""
+        from {prefix}_envs import make_env as _imported_when_loading
+
+        def env_generator():
+            from {prefix}_envs import make_env
+            return make_env()
+
+        def policy_generator():
+            return _imported_when_loading()
+
+        online_dict = {{}}
+    """))
+    (directory / f"{prefix}_config.yaml").write_text(
+        f"env_generator: {prefix}_envs:make_env\npolicy_generator: {prefix}_envs:make_env\n")
+
+
+@pytest.mark.parametrize("suffix", [".py", ".yaml"])
+def test_a_config_file_imports_the_modules_beside_it_from_any_working_directory(
+        console_script_path: str, tmp_path: Path, suffix: str):
+    """As Python does for a script: ``craftrl train project/my_config.py`` with ``project/my_envs.py`` beside it."""
+    project = tmp_path / "project"
+    _project_beside_its_config(project, console_script_path)
+    loaded = load_config(str(project / f"{console_script_path}_config{suffix}"))
+    assert loaded.env_generator() == loaded.policy_generator() == "made beside the config"
+    assert loaded.code_dir == str(project.resolve())  # what Ray's workers add to their import path
+
+
+def test_a_config_module_name_is_found_in_the_working_directory(console_script_path: str, tmp_path: Path):
+    """As ``python -m`` does: ``craftrl train my_config`` in the directory holding my_config.py."""
+    project = tmp_path / "project"
+    _project_beside_its_config(project, console_script_path)
+    os.chdir(project)
+    loaded = load_config(f"{console_script_path}_config")
+    assert loaded.env_generator() == "made beside the config"
+    assert loaded.code_dir == str(project.resolve())
+
+
+def test_a_saved_copy_of_a_config_imports_from_the_directory_given(console_script_path: str, tmp_path: Path):
+    """A run directory's config_source.py imports the modules beside the original (``craftrl eval``)."""
+    project = tmp_path / "project"
+    _project_beside_its_config(project, console_script_path)
+    run = tmp_path / "run"
+    run.mkdir()
+    saved = run / "config_source.py"
+    saved.write_text((project / f"{console_script_path}_config.py").read_text())
+    loaded = load_config(str(saved), code_dir=project)
+    assert loaded.env_generator() == "made beside the config"
 
 
 def test_overrides_are_parsed_and_type_checked_like_the_file():
