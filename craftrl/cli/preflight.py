@@ -13,7 +13,9 @@ What runs, in the order the real system runs it:
    or leave children behind) and reset, under ``worker_config.reset_timeout``;
 4. meanwhile the driver builds the policy, then runs it on that first observation exactly as a rollout
    worker does (batch 1, time 1, ``initial_state(1)``, ``first=True``) and checks the shapes of what it returns;
-5. the env takes one step with the action the policy sampled, under ``worker_config.step_timeout``;
+5. the env takes up to ``PROBE_STEPS`` steps with actions the policy sampled on that observation, each under
+   ``worker_config.step_timeout`` (an env that rejects some of the policy's actions, as one of 5 actions given a
+   policy of 17, fails here: one step would pass 5 times in 17);
 6. the resume checkpoint's weights must fit the policy.
 
 Steps 3-5 can be switched off with ``rollout_config.worker_config.preflight=false``, for a driver machine that
@@ -40,6 +42,7 @@ from craftrl.rollout.fragment import fragment_nbytes
 ENV = "env_generator"
 POLICY = "policy_generator"
 CLOSE_WAIT_S = 5.0  # an env's close() gets this long before its process group is killed anyway
+PROBE_STEPS = 8  # the preflight's env steps (step 5 above); they end early where the episode does
 
 
 def describe_exception(error: BaseException, with_location: bool = True) -> str:
@@ -77,8 +80,9 @@ def preflight(loaded: Any) -> Probe | None:
         policy = build_policy(loaded.policy_generator)  # while the env process builds its env
         check_picklable(POLICY, loaded.policy_generator, "Ray workers")
         first = env.wait_for_reset()
-        action = probe_policy(policy, first.obs, first.num_actions)
-        step_wall_s, step_cpu_s = env.step(action)
+        actions = probe_policy(policy, first.obs, first.num_actions, samples=PROBE_STEPS)
+        step_wall_s, step_cpu_s = env.steps(actions)
+        action = actions[0]
     if checkpoint is not None:
         check_checkpoint_fits(checkpoint, policy)
     state = _call_policy("initial_state(1)", lambda: policy.initial_state(1))
@@ -248,8 +252,9 @@ def describe_obs(obs: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def probe_policy(policy: Any, obs: dict[str, Any], num_actions: int | None = None) -> Any:
-    """Run ``policy`` on one observation as a rollout worker does and check its outputs; return the sampled action.
+def probe_policy(policy: Any, obs: dict[str, Any], num_actions: int | None = None, samples: int = 1) -> list[Any]:
+    """Run ``policy`` on one observation as a rollout worker does and check its outputs; return ``samples`` actions
+    sampled on it (the first by ``act``, the others by ``pi_head.sample`` of the same logits).
 
     Mirrors ``craftrl.rollout.loop.RolloutLoop._act``: ``obs_batch`` -> ``[1, 1, ...]`` tensors, the merged
     ``initial_state(1)``, ``first`` = True, then ``act``; the forward call is also made on its own first, so that
@@ -281,7 +286,11 @@ def probe_policy(policy: Any, obs: dict[str, Any], num_actions: int | None = Non
         except PolicyContractError as error:
             raise ConfigError([f"{POLICY}: {error}"]) from None
         _call_policy("split_state() of the state forward() returned", lambda: split_state(result.state_out, 1))
-        return _call_policy("action_rows() of the sampled action", lambda: action_rows(result.action, 1)[0])
+        actions = [result.action] + [_call_policy("pi_head.sample() of forward()'s logits",
+                                                  lambda: policy.pi_head.sample(outputs[0]["pi_logits"]), seen)
+                                     for _ in range(samples - 1)]
+        return [_call_policy("action_rows() of a sampled action", lambda: action_rows(action, 1)[0])
+                for action in actions]
 
 
 # ---------------------------------------------------------------------------------------------- the env process
@@ -292,7 +301,7 @@ class Probe:
     """What the preflight learned about the run's env and policy, for settings left to craftrl."""
 
     raw_fragment_bytes: int  # one fragment's raw size: observation, action and recurrent state per step
-    step_wall_s: float  # one env step, in the env process
+    step_wall_s: float  # one env step, in the env process (the mean of the preflight's)
     step_cpu_s: float  # CPU of the thread that called step() (a game in another process, e.g. a JVM, not counted)
     task_metrics: tuple[str, ...] = ()  # the env's declared task metrics (docs/envs.md), for the progress line
 
@@ -330,14 +339,14 @@ def _probe_env_main(conn: Connection, generator_bytes: bytes, seed: int) -> None
         check_reset_result(result, f"{ENV}: reset()")
         conn.send(("reset", result[0], _discrete_actions(env), declared_task_metrics(env)))
         request = conn.recv()
-        if request[0] == "step":
-            stage = "step()"
+        while request[0] == "step":
+            stage = f"step() of the policy's action {request[1]!s:.60}"
             wall, cpu = time.perf_counter(), time.thread_time()  # this thread: others (BLAS pools) are noise
             result = env.step(request[1])
             wall, cpu = time.perf_counter() - wall, time.thread_time() - cpu
             check_step_result(result, f"{ENV}: step()")
-            conn.send(("step", wall, cpu))
-            conn.recv()
+            conn.send(("step", wall, cpu, bool(result[2] or result[3])))
+            request = conn.recv()
         stage = "close()"
         env.close()
     except ContractError as error:
@@ -373,14 +382,21 @@ class EnvProbe:
         reply = self._receive("building and resetting the env", remaining, "reset_timeout", self.reset_timeout)
         return FirstObservation(obs=reply[1], num_actions=reply[2], task_metrics=reply[3])
 
-    def step(self, action: Any) -> tuple[float, float]:
-        """Step once; returns the step's wall-clock and CPU seconds in the env process."""
-        try:
-            self.conn.send(("step", action))
-        except (OSError, ValueError) as error:
-            raise ConfigError([f"{ENV}: the env process stopped before step() ({describe_exception(error)})"]) from None
-        reply = self._receive(f"step({action!r:.60})", self.step_timeout, "step_timeout", self.step_timeout)
-        return reply[1], reply[2]
+    def steps(self, actions: list[Any]) -> tuple[float, float]:
+        """Step with each of ``actions`` until the episode ends; returns a step's mean wall-clock and CPU seconds in
+        the env process."""
+        wall = cpu = 0.0
+        for taken, action in enumerate(actions, start=1):
+            try:
+                self.conn.send(("step", action))
+            except (OSError, ValueError) as error:
+                raise ConfigError([f"{ENV}: the env process stopped before step() "
+                                   f"({describe_exception(error)})"]) from None
+            reply = self._receive(f"step({action!r:.60})", self.step_timeout, "step_timeout", self.step_timeout)
+            wall, cpu = wall + reply[1], cpu + reply[2]
+            if reply[3]:  # the episode ended: a further step would need a reset
+                break
+        return wall / taken, cpu / taken
 
     def _receive(self, what: str, timeout: float, timeout_key: str, configured: float) -> tuple:
         self.idle = False

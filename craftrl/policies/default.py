@@ -199,6 +199,7 @@ class ImpalaRecurrentPolicy(Policy):
         if encoder_norm and encoder == "nature":
             raise ValueError("encoder_norm: only the 'impala' and 'tiles' encoders have one, got encoder='nature'")
         self.image_key = image_key
+        self.image_shape = tuple(image_shape)
         encoder_features = encoder_features or hidden_size
         shapes = (tuple(image_shape), tuple(channels), encoder_features)
         if encoder == "impala" and encoder_norm:
@@ -224,6 +225,9 @@ class ImpalaRecurrentPolicy(Policy):
     def forward(self, input: dict[str, torch.Tensor], state_in: State,  # noqa: A002
                 first: torch.Tensor | None = None) -> tuple[dict[str, Any], State]:
         images = input[self.image_key]
+        if tuple(images.shape[2:]) != self.image_shape:  # else a layer inside says "shapes cannot be multiplied"
+            raise ValueError(f"{type(self).__name__}: input {self.image_key!r} is {list(images.shape[2:])} per step, "
+                             f"but the policy was built for image_shape {self.image_shape}")
         batch, time = images.shape[:2]
         first = as_first(first, batch, time, images.device)
         features = self.encoder(images.reshape(batch * time, *images.shape[2:]))
@@ -245,6 +249,7 @@ class MLPPolicy(Policy):
                  vector_key: str = "vector", value_beta: float = 0.999) -> None:
         super().__init__()
         self.vector_key = vector_key
+        self.obs_dim = obs_dim
         layers: list[nn.Module] = []
         in_features = obs_dim
         for width in hidden_sizes:
@@ -262,5 +267,8 @@ class MLPPolicy(Policy):
     def forward(self, input: dict[str, torch.Tensor], state_in: State = None,  # noqa: A002
                 first: torch.Tensor | None = None) -> tuple[dict[str, Any], State]:
         vector = input[self.vector_key].float()
+        if vector.shape[2:] != (self.obs_dim,):
+            raise ValueError(f"{type(self).__name__}: input {self.vector_key!r} is {list(vector.shape[2:])} per step, "
+                             f"but the policy was built for obs_dim {self.obs_dim}")
         return {"pi_logits": self.pi_head(self.pi_body(vector)),
                 "vpred": self.value_head(self.value_body(vector))}, {}

@@ -280,7 +280,15 @@ CASES = [
          ("env_generator: reset() raised RuntimeError: ScriptedEnv: scripted failure in reset call 1",)),
     Case("step raises on the policy's action", train(config_module(
         env="env_generator = functools.partial(ScriptedEnv, fail_in='step', fail_mode='raise')")),
-         ("env_generator: step() raised RuntimeError: ScriptedEnv: scripted failure in step call 1",)),
+         ("env_generator: step() of the policy's action ", "raised RuntimeError: ScriptedEnv: scripted failure in "
+          "step call 1")),
+    Case("env that takes fewer actions than the policy samples", train(config_module(
+        env=broken_env("""
+            def step(self, action):
+                return super().step(("noop",)[int(action)])  # an env of one action, which declares none
+            """),
+        policy="policy_generator = functools.partial(default_policy_generator, **dict(TINY_POLICY, num_actions=17))")),
+         ("env_generator: step() of the policy's action ", "raised IndexError: tuple index out of range")),
     Case("reset hangs", train(config_module(
         env="env_generator = functools.partial(ScriptedEnv, fail_in='reset', fail_mode='hang')"),
         "rollout_config.worker_config.reset_timeout=1"),
@@ -324,7 +332,8 @@ CASES = [
     Case("policy built for other images", train(config_module(
         policy="policy_generator = functools.partial(default_policy_generator, "
                "**dict(TINY_POLICY, image_shape=(16, 16, 3)))")),
-         ("policy_generator: forward() on the env's first observation raised RuntimeError",
+         ("policy_generator: forward() on the env's first observation raised ValueError: ImpalaRecurrentPolicy: "
+          "input 'image' is [8, 8, 3] per step, but the policy was built for image_shape (16, 16, 3)",
           "observation: image uint8 [8, 8, 3]")),
     # ------------------------------------------------------------------ resume
     Case("resume path that does not exist", train_resume(lambda p: str(p / "no" / "such" / "checkpoint")),

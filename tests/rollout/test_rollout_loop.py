@@ -215,7 +215,7 @@ def test_while_one_env_resets_for_seconds_the_others_of_its_worker_keep_stepping
 
 
 def test_the_preflight_probe_tells_an_env_that_waits_from_one_that_computes():
-    """One measured step in the preflight's env process: the synthetic Minecraft-timed env sleeps 20 ms and gets
+    """Measured steps in the preflight's env process: the synthetic Minecraft-timed env sleeps 20 ms and gets
     one env per process; Crafter computes its step and keeps sharing processes."""
     from craftrl.cli.preflight import EnvProbe
     from craftrl.cli.train import _with_envs_per_process
@@ -229,7 +229,7 @@ def test_the_preflight_probe_tells_an_env_that_waits_from_one_that_computes():
                          ("crafter/cows", {})):
         with EnvProbe(env_generator(name, **kwargs), seed=0, reset_timeout=60, step_timeout=60) as env:
             declared = env.wait_for_reset().task_metrics
-            measured[name] = env.step(0)
+            measured[name] = env.steps([0, 1, 2])
         assert declared == {"synthetic/latency": (), "crafter/cows": ("cows_killed",)}[name]  # for the progress line
     assert waits_more_than_computes(*measured["synthetic/latency"]), measured
     assert not waits_more_than_computes(*measured["crafter/cows"]), measured
