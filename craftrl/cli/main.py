@@ -42,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     evaluate = commands.add_parser("eval", help="play episodes with a checkpoint and print their returns")
     evaluate.add_argument("checkpoint", help="checkpoint directory, or a run directory (its newest checkpoint)")
-    evaluate.add_argument("--episodes", type=int, default=5)
+    evaluate.add_argument("--episodes", type=int, default=5, help="episodes to play (default 5)")
     evaluate.add_argument("--video", default=None, metavar="OUT.mp4", help="record the episodes to this mp4")
     evaluate.add_argument("--deterministic", action="store_true", help="take the most likely action")
     evaluate.add_argument("--config", default=None, help="config to build env and policy (default: the run's own)")
