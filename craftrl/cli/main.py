@@ -78,7 +78,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if hasattr(signal, "SIGUSR1"):
         faulthandler.register(signal.SIGUSR1, all_threads=True)
     parser = build_parser()
-    args = parser.parse_args(argv)
+    # argparse ends a command's positionals at its first option: `train CONFIG --resume latest key=value` leaves
+    # the overrides after the option unparsed, so they are collected here
+    args, unparsed = parser.parse_known_args(argv)
+    if unparsed and hasattr(args, "overrides") and not any(arg.startswith("-") for arg in unparsed):
+        args.overrides = [*args.overrides, *unparsed]
+    elif unparsed:
+        parser.error(f"unrecognized arguments: {' '.join(unparsed)}")
     try:
         if args.command == "config":
             loaded = load_config(args.config, args.overrides)

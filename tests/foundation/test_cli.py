@@ -73,6 +73,18 @@ def test_train_runs_a_tiny_config_end_to_end(tiny_run: tuple[subprocess.Complete
     assert f"run directory: {run}" in result.stdout
 
 
+def test_overrides_may_follow_an_option():
+    """``craftrl train CONFIG --resume latest train_config.num_iterations=600``: argparse alone ends a command's
+    positionals at its first option and refuses what follows."""
+    result = craftrl("train", SEED, "--address", "auto", "train_config.learnin_rate=0.1")
+    assert result.returncode == 2
+    assert "train_config.learnin_rate: unknown key; did you mean learning_rate?" in result.stderr, result.stderr
+    result = craftrl("train", SEED, "--address", "auto", "--bogus")
+    assert result.returncode == 2 and "unrecognized arguments: --bogus" in result.stderr
+    result = craftrl("eval", "some/run", "train_config.learning_rate=0.1")
+    assert result.returncode == 2 and "unrecognized arguments: train_config.learning_rate=0.1" in result.stderr
+
+
 def test_train_on_a_machine_without_gpus_says_which_keys_to_change(tmp_path: Path):
     result = craftrl("train", SEED, f"output_root={tmp_path}")
     assert result.returncode == 2
