@@ -102,7 +102,11 @@ def load_for_eval(checkpoint: str, config_spec: str | None) -> tuple[LoadedConfi
         raise ConfigError([f"eval: no config_source.py/.yaml found near {path}; pass --config CONFIG"])
     recorded = saved.parent / CONFIG_DIR_FILE  # the saved copy imports its modules from beside the original
     code_dir = recorded.read_text().strip() if recorded.is_file() else None
-    return load_config(str(saved), code_dir=code_dir), payload, path
+    try:
+        return load_config(str(saved), code_dir=code_dir), payload, path
+    except ConfigError as error:  # a launcher's config module may need what the launcher binds (ROCKET-3's path)
+        raise ConfigError([f"eval: the run's saved config {problem}; pass --config CONFIG, a config whose generators "
+                           "build this env and policy" for problem in error.problems]) from None
 
 
 def load_eval_policy(loaded: LoadedConfig, model_state: dict[str, torch.Tensor]) -> torch.nn.Module:

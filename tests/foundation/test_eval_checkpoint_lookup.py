@@ -59,3 +59,19 @@ def test_a_run_directory_moved_elsewhere_still_gives_its_own_checkpoints(tmp_pat
     run = _run_directory(tmp_path, "/nowhere/it/was/checkpoints", started=1000.0, last_metrics=2000.0)
     newest = _checkpoint(run / "checkpoints", 20, written=1900.0)
     assert locate_checkpoint(str(run)) == (newest, run)
+
+
+def test_a_saved_config_whose_generator_needs_its_launchers_argument_points_to_config(tmp_path: Path):
+    """ROCKET-3's config module: its policy_generator takes the checkpoint path its launcher binds."""
+    from craftrl.cli.evaluate import load_for_eval
+    from craftrl.train.checkpoint import TrainingState, save_checkpoint
+
+    run = _run_directory(tmp_path, "checkpoints", started=1000.0, last_metrics=2000.0)
+    (run / "config_source.py").write_text("def env_generator():\n    pass\n\n"
+                                          "def policy_generator(checkpoint_path):\n    pass\n\nonline_dict = {}\n")
+    save_checkpoint(run / "checkpoints", TrainingState(iteration=4), model={}, optimizer=None, reference=None)
+    with pytest.raises(ConfigError) as raised:
+        load_for_eval(str(run), None)
+    (problem,) = raised.value.problems
+    assert "policy_generator: expected a callable taking no arguments" in problem
+    assert problem.startswith("eval: the run's saved config ") and "pass --config CONFIG" in problem
