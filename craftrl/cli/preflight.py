@@ -43,15 +43,19 @@ ENV = "env_generator"
 POLICY = "policy_generator"
 CLOSE_WAIT_S = 5.0  # an env's close() gets this long before its process group is killed anyway
 PROBE_STEPS = 8  # the preflight's env steps (step 5 above); they end early where the episode does
+MESSAGE_CHARS = 600  # of an exception's message in an error line
 
 
 def describe_exception(error: BaseException, with_location: bool = True) -> str:
-    """``ValueError: first line of the message (at file.py:12)``: one line that still says where it came from.
+    """``ValueError: the message (at file.py:12)``: one line that still says where it came from. A message of
+    several lines (one listing what is missing, say) is joined into one, and cut at ``MESSAGE_CHARS``.
 
     ``with_location=False`` drops the location where it would only name library internals (pickling, torch.load).
     """
-    lines = [line for line in str(error).strip().splitlines() if line.strip()]
-    text = type(error).__name__ + (f": {lines[0].strip()}" if lines else "")
+    message = " ".join(line.strip() for line in str(error).splitlines() if line.strip())
+    if len(message) > MESSAGE_CHARS:
+        message = message[:MESSAGE_CHARS - 3] + "..."
+    text = type(error).__name__ + (f": {message}" if message else "")
     frames = traceback.extract_tb(error.__traceback__)
     if frames and with_location:
         text += f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})"

@@ -229,7 +229,15 @@ CASES = [
     Case("env_generator raises", train(config_module(env="""
             def env_generator():
                 raise ValueError("no map named 'castle'\\nsecond line of the message")
-            """)), ("env_generator raised ValueError: no map named 'castle' (at config.py:",)),
+            """)),
+         ("env_generator raised ValueError: no map named 'castle' second line of the message (at config.py:",)),
+    Case("MinecraftSim on a machine without MineStudio", train(config_module(env="""
+            from craftrl.envs import env_generator as named_env_generator
+
+            env_generator = named_env_generator("minecraft/sim")
+            """)), ("env_generator raised MinecraftUnavailableError: MinecraftSim cannot run on this machine",
+                    "Missing: - the Python package `minestudio` is not installed: `pip install minestudio`",
+                    "needs none of this: use craftrl.envs.make('crafter/cows')")),
     Case("env_generator cannot be pickled", train(config_module(
         env="env_generator = functools.partial(ScriptedEnv, episode_length=threading.Lock())")),
          ("env_generator: cannot be pickled to send it to env processes", "expected a module-level function")),
