@@ -127,6 +127,10 @@ def ray_init(config: OnlineConfig | None = None, address: str | None = None, *,
         try:
             ray.init(address=address, namespace="craftrl", **ray_kwargs)
         except ConnectionError as error:
+            if "Could not find any running Ray instance" in str(error):  # 'auto' on a machine without one
+                raise ClusterResourceError(f"no Ray cluster runs on this machine to join at {address!r}; start one "
+                                           "(ray start --head, docs/cluster.md), name its host:port, or leave the "
+                                           "address out for a local Ray") from None
             raise ClusterResourceError(f"cannot connect to the Ray cluster at {address!r}: {error}"
                                        f"{_token_hint()}") from None
         except ray.exceptions.AuthenticationError:

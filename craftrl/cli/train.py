@@ -39,6 +39,11 @@ def train_command(loaded: LoadedConfig) -> int:
     if probe is not None:
         config = _with_envs_per_process(_with_fragment_bound(config, probe.raw_fragment_bytes), probe)
         loaded = dataclasses.replace(loaded, online=config)
+    try:  # before the run directory: a cluster that is not there is bad input, which creates nothing
+        ray_init(config, code_dir=loaded.code_dir)
+    except ClusterResourceError as error:
+        print(f"craftrl: error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     if resume is not None and resume.run_dir is not None:
         run_dir = resume.run_dir  # continue that run: metrics appended, same checkpoints/ and videos/
     else:
@@ -50,11 +55,6 @@ def train_command(loaded: LoadedConfig) -> int:
     print(f"craftrl: run directory {run_dir.root}", flush=True)
     if resume is not None:
         print(f"craftrl: resuming from {resume.checkpoint}", flush=True)
-    try:
-        ray_init(config, code_dir=loaded.code_dir)
-    except ClusterResourceError as error:
-        print(f"craftrl: error: {error}", file=sys.stderr)
-        return EXIT_BAD_INPUT
     sink = None
     interrupted = False
     failure = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -83,6 +84,17 @@ def test_overrides_may_follow_an_option():
     assert result.returncode == 2 and "unrecognized arguments: --bogus" in result.stderr
     result = craftrl("eval", "some/run", "train_config.learning_rate=0.1")
     assert result.returncode == 2 and "unrecognized arguments: train_config.learning_rate=0.1" in result.stderr
+
+
+def test_joining_auto_where_no_cluster_runs_is_one_line_and_creates_no_run_directory(tmp_path: Path):
+    # RAY_TMPDIR: where 'auto' looks for a running cluster; this test's own, so no other test's Ray is found
+    environment = {**os.environ, "RAY_TMPDIR": str(tmp_path / "ray")}
+    result = subprocess.run([sys.executable, "-m", "craftrl.cli.main", "train", TINY, f"output_root={tmp_path / 'runs'}",
+                             "--address", "auto"], capture_output=True, text=True, timeout=120, env=environment)
+    assert result.returncode == 2, result.stderr[-3000:]
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("craftrl: error:")]
+    assert "no Ray cluster runs on this machine to join at 'auto'; start one (ray start --head" in line
+    assert not (tmp_path / "runs").exists(), "bad input creates nothing"
 
 
 def test_train_on_a_machine_without_gpus_says_which_keys_to_change(tmp_path: Path):
