@@ -87,8 +87,22 @@ def draw_curves(curves: dict[str, dict[str, list[float]]], rows: Sequence[str]) 
     return figure
 
 
+def logged_episode_means(run_dir: Path) -> set[str]:
+    """The names whose episode means a run logged (``cows_killed`` for ``episodes/cows_killed_mean``)."""
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        return set()
+    return {key.removeprefix("episodes/").removesuffix("_mean") for record in read_jsonl(path) for key in record
+            if key.startswith("episodes/") and key.endswith("_mean")}
+
+
 def plot_command(run_dirs: list[str], out: str | None, task_metrics: Sequence[str] = ()) -> int:
     paths = [Path(p) for p in run_dirs]
     target = Path(out) if out else paths[0] / "curve.png"
+    logged = set().union(*(logged_episode_means(path) for path in paths)) if task_metrics else set()
+    unknown = [name for name in task_metrics if name not in logged]
+    if unknown and logged:  # (runs without metrics.jsonl: plot_runs names them)
+        raise ConfigError([f"plot: --metric {name}: no run logs its episode mean; they log {', '.join(sorted(logged))}"
+                           for name in unknown])
     print(f"craftrl plot: {plot_runs(paths, target, task_metrics)}")
     return 0

@@ -6,7 +6,11 @@ import json
 from pathlib import Path
 
 from craftrl.cli.evaluate import EpisodeResult, format_table
-from craftrl.cli.plot import RETURN, draw_curves, env_steps_tick, plot_runs, plotted_rows, read_curve
+import pytest
+
+from craftrl.cli.plot import (RETURN, draw_curves, env_steps_tick, plot_command, plot_runs, plotted_rows,
+                              read_curve)
+from craftrl.config.validate import ConfigError
 
 
 def write_run(root: Path, name: str, records: list[dict[str, float]]) -> Path:
@@ -29,6 +33,17 @@ def test_the_plot_has_a_row_for_each_named_task_metric_some_run_reports(tmp_path
     assert plotted_rows(curves, ()) == [RETURN]
     out = plot_runs([cows, wood], tmp_path / "curve.png", ("cows_killed",))
     assert out.stat().st_size > 10_000
+
+
+def test_plot_names_a_metric_no_run_logs_and_what_they_log(tmp_path: Path):
+    """``craftrl plot --metric cow_killed``: a misspelt name is one error line, not a plot without its row."""
+    cows = write_run(tmp_path, "cows", [{RETURN: 0.5, "rollout/env_steps": 100, "episodes/cows_killed_mean": 0.2}])
+    with pytest.raises(ConfigError) as raised:
+        plot_command([str(cows)], str(tmp_path / "curve.png"), ["cow_killed"])
+    assert raised.value.problems == ["plot: --metric cow_killed: no run logs its episode mean; they log cows_killed, "
+                                     "return"]
+    assert not (tmp_path / "curve.png").exists()
+    assert plot_command([str(cows)], str(tmp_path / "curve.png"), ["cows_killed"]) == 0
 
 
 def test_the_env_step_axis_reads_in_thousands_and_millions():
