@@ -140,7 +140,7 @@ def _load_yaml(spec: str) -> tuple[Any, Any, Any, str]:
     try:
         document = yaml.safe_load(text) or {}
     except yaml.YAMLError as error:
-        raise ConfigError([f"{spec}: not valid YAML: {str(error).splitlines()[0]}"]) from None
+        raise ConfigError([f"{spec}: not valid YAML: {_yaml_problem(error)}"]) from None
     if not isinstance(document, dict):
         raise ConfigError([f"{spec}: expected a mapping with env_generator, policy_generator, online_dict"])
     unknown = set(document) - {"env_generator", "policy_generator", "online_dict"}
@@ -153,6 +153,14 @@ def _load_yaml(spec: str) -> tuple[Any, Any, Any, str]:
             raise ConfigError([f"{spec}: {name}: missing; expected an import path like 'package.module:function'"])
         generators.append(resolve_callable(document[name], f"{spec}: {name}"))
     return generators[0], generators[1], document.get("online_dict") or {}, text
+
+
+def _yaml_problem(error: Exception) -> str:
+    """``expected ',' or '}', but got '<stream end>' at line 3, column 1``: what is wrong, and where."""
+    problem, mark = getattr(error, "problem", None), getattr(error, "problem_mark", None)
+    if problem and mark is not None:
+        return f"{problem} at line {mark.line + 1}, column {mark.column + 1}"
+    return str(error).splitlines()[0]
 
 
 def resolve_callable(entry: Any, where: str) -> Callable[..., Any]:

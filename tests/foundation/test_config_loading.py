@@ -184,7 +184,9 @@ def test_broken_python_configs_give_one_clear_error(tmp_path: Path, text, fragme
     ("env_generator: nowhere.module:fn\npolicy_generator: builtins:dict\n", "cannot import 'nowhere.module:fn'"),
     ("policy_generator: builtins:dict\n", "env_generator: missing"),
     ("env_generator: builtins:dict\npolicy_generator: builtins:dict\nextra: 1\n", "extra: unknown top-level key"),
-    ("env_generator: [unclosed\n", "not valid YAML"),
+    ("env_generator: [unclosed\n", "not valid YAML: expected ',' or ']', but got '<stream end>' at line 2, column 1"),
+    ("online_dict:\n  train_config: {num_iterations: 3\nenv_generator: a:b\n",
+     "not valid YAML: expected ',' or '}', but got ':' at line 3, column 14"),
 ])
 def test_broken_yaml_configs_give_one_clear_error(tmp_path: Path, text, fragment):
     path = tmp_path / "broken.yaml"
