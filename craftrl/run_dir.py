@@ -113,6 +113,12 @@ class RunDirectory:
             (self.root / CONFIG_DIR_FILE).write_text(code_dir + "\n")
 
 
+def saved_code_dir(directory: Path) -> str | None:
+    """The ``code_dir`` that :meth:`RunDirectory.save_config` recorded in ``directory``, if it did."""
+    recorded = directory / CONFIG_DIR_FILE
+    return recorded.read_text().strip() if recorded.is_file() else None
+
+
 @dataclass(frozen=True)
 class ResumeTarget:
     """Where a resumed run continues: the checkpoint it loads and the run directory it writes into."""

@@ -22,7 +22,7 @@ from craftrl.config.validate import ConfigError
 from craftrl.envs.contract import (ContractError, check_env_methods, check_reset_result, check_step_result,
                                    declared_task_metrics)
 from craftrl.rollout.loop import action_rows, obs_batch
-from craftrl.run_dir import CONFIG_DIR_FILE, RunDirectory
+from craftrl.run_dir import RunDirectory, saved_code_dir
 from craftrl.train.checkpoint import STATE_FILE, list_checkpoints, load_checkpoint
 
 
@@ -100,10 +100,8 @@ def load_for_eval(checkpoint: str, config_spec: str | None) -> tuple[LoadedConfi
     saved = find_config_source(path, run)
     if saved is None:
         raise ConfigError([f"eval: no config_source.py/.yaml found near {path}; pass --config CONFIG"])
-    recorded = saved.parent / CONFIG_DIR_FILE  # the saved copy imports its modules from beside the original
-    code_dir = recorded.read_text().strip() if recorded.is_file() else None
-    try:
-        return load_config(str(saved), code_dir=code_dir), payload, path
+    try:  # the saved copy imports its modules from beside the original
+        return load_config(str(saved), code_dir=saved_code_dir(saved.parent)), payload, path
     except ConfigError as error:  # a launcher's config module may need what the launcher binds (ROCKET-3's path)
         raise ConfigError([f"eval: the run's saved config {problem}; pass --config CONFIG, a config whose generators "
                            "build this env and policy" for problem in error.problems]) from None
