@@ -52,13 +52,21 @@ def env_steps_tick(value: float, _position: object = None) -> str:
 
 
 def plot_runs(run_dirs: list[Path], out: Path, task_metrics: Sequence[str] = ()) -> Path:
+    return save_curves(read_curves(run_dirs, task_metrics), out, task_metrics)
+
+
+def read_curves(run_dirs: list[Path], task_metrics: Sequence[str] = ()) -> dict[str, dict[str, list[float]]]:
+    """:func:`read_curve` of each run, with the return and the episode mean of each of ``task_metrics``."""
+    keys = [RETURN] + [episode_mean_key(name) for name in task_metrics]
+    return {run_dir.name: read_curve(run_dir, keys) for run_dir in run_dirs}
+
+
+def save_curves(curves: dict[str, dict[str, list[float]]], out: Path, task_metrics: Sequence[str] = ()) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    keys = [RETURN] + [episode_mean_key(name) for name in task_metrics]
-    curves = {run_dir.name: read_curve(run_dir, keys) for run_dir in run_dirs}
     figure = draw_curves(curves, plotted_rows(curves, task_metrics))
     out.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(out, dpi=110)
@@ -99,10 +107,14 @@ def logged_episode_means(run_dir: Path) -> set[str]:
 def plot_command(run_dirs: list[str], out: str | None, task_metrics: Sequence[str] = ()) -> int:
     paths = [Path(p) for p in run_dirs]
     target = Path(out) if out else paths[0] / "curve.png"
-    logged = set().union(*(logged_episode_means(path) for path in paths)) if task_metrics else set()
-    unknown = [name for name in task_metrics if name not in logged]
-    if unknown and logged:  # (runs without metrics.jsonl: plot_runs names them)
-        raise ConfigError([f"plot: --metric {name}: no run logs its episode mean; they log {', '.join(sorted(logged))}"
-                           for name in unknown])
-    print(f"craftrl plot: {plot_runs(paths, target, task_metrics)}")
+    curves = read_curves(paths, task_metrics)
+    rows = plotted_rows(curves, task_metrics)
+    without_row = [name for name in task_metrics if episode_mean_key(name) not in rows]
+    if without_row:  # a misspelt name, say: what the runs do log, read in full only here
+        logged = set().union(*(logged_episode_means(path) for path in paths))
+        unknown = [name for name in without_row if name not in logged]
+        if unknown and logged:
+            raise ConfigError([f"plot: --metric {name}: no run logs its episode mean; they log "
+                               f"{', '.join(sorted(logged))}" for name in unknown])
+    print(f"craftrl plot: {save_curves(curves, target, task_metrics)}")
     return 0
