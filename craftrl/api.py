@@ -99,14 +99,16 @@ def start_rolloutmanager(policy_generator: Callable[[], Any], env_generator: Cal
 
 def start_trainer(policy_generator: Callable[[], Any], env_generator: Callable[[], Any],
                   online_cfg: Mapping[str, Any] | OnlineConfig, whole_config: str | None = None, *,
-                  run_dir: str | None = None, task_metrics: Sequence[str] = ()) -> Any:
+                  run_dir: str | None = None, task_metrics: Sequence[str] = (),
+                  policy_shapes: Mapping[str, tuple[int, ...]] | None = None) -> Any:
     """Run the PPO trainer until ``train_config.num_iterations``; blocks like MineStudio's ``fit()``.
 
     Needs the rollout side (``start_rolloutmanager``) running. ``whole_config`` is the config file's text,
     saved in the run directory. Metrics go to the run's ``metrics`` actor; without one (a plain API call),
     a run directory is created under ``output_root``. Progress shows on this process's console while it runs
     (``craftrl.progress``), with the episode means of ``task_metrics`` (``craftrl train`` passes the env's
-    declared ones). Returns Ray Train's ``Result``.
+    declared ones). ``policy_shapes``: the tensors of the policy the driver built (``craftrl train``'s preflight),
+    which each train worker's must match. Returns Ray Train's ``Result``.
     """
     import ray
 
@@ -134,4 +136,5 @@ def start_trainer(policy_generator: Callable[[], Any], env_generator: Callable[[
     slow_pulls = functools.partial(pull_retry_advice, pull_timeout_ms=ray_pull_timeout_ms())
     with ProgressDisplay(Path(run_dir) / "metrics.jsonl", config.train_config.num_iterations,
                          config.logger_config.console_interval, advice=(slow_pulls,), task_metrics=task_metrics):
-        return run_trainer(policy_generator, config_to_dict(config), storage_path=str(Path(run_dir) / "ray_train"))
+        return run_trainer(policy_generator, config_to_dict(config), storage_path=str(Path(run_dir) / "ray_train"),
+                           policy_shapes=policy_shapes)

@@ -16,6 +16,16 @@ import os
 from craftrl.policies import CategoricalHead, Policy
 
 
+def _absolute_path(variable):
+    value = os.environ.get(variable)
+    return os.path.abspath(value) if value else None
+
+
+# Read here, when the driver loads this file: the values travel with policy_generator to every worker, whose own
+# environment and working directory (on another node, those of its `ray start`) differ (docs/cluster.md).
+VPT_MODEL, VPT_WEIGHTS = _absolute_path("VPT_MODEL"), _absolute_path("VPT_WEIGHTS")
+
+
 class VPTForCrafter(Policy):
     """VPT's trunk and value head with a new categorical action head over Crafter's actions."""
 
@@ -35,11 +45,10 @@ class VPTForCrafter(Policy):
 
 
 def policy_generator():
-    model_path, weights_path = os.environ.get("VPT_MODEL"), os.environ.get("VPT_WEIGHTS")
-    if model_path:
+    if VPT_MODEL:
         from craftrl.policies.vpt import load_vpt_policy
 
-        return VPTForCrafter(load_vpt_policy(model_path, weights_path))
+        return VPTForCrafter(load_vpt_policy(VPT_MODEL, VPT_WEIGHTS))
     from craftrl.policies import vpt_tiny_policy_generator
 
     return VPTForCrafter(vpt_tiny_policy_generator(img_shape=(64, 64, 3)))

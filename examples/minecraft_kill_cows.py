@@ -10,13 +10,17 @@ is missing; nothing is downloaded. Point VPT_MODEL / VPT_WEIGHTS at OpenAI's fil
 
 import os
 
+# Read here, when the driver loads this file, and made absolute: the paths travel with policy_generator to every
+# worker, whose own environment and working directory (on another node, those of its `ray start`) differ
+# (docs/cluster.md).
+VPT_MODEL = os.path.abspath(os.environ.get("VPT_MODEL", "pretrained/foundation-model-2x.model"))
+VPT_WEIGHTS = os.path.abspath(os.environ.get("VPT_WEIGHTS", "pretrained/bc-from-early-game-2x.weights"))
+
 
 def policy_generator():
     from craftrl.policies.vpt import load_vpt_policy
 
-    model_path = os.environ.get("VPT_MODEL", "pretrained/foundation-model-2x.model")
-    weights_path = os.environ.get("VPT_WEIGHTS", "pretrained/bc-from-early-game-2x.weights")
-    return load_vpt_policy(model_path, weights_path)
+    return load_vpt_policy(VPT_MODEL, VPT_WEIGHTS)
 
 
 def env_generator():

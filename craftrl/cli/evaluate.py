@@ -16,11 +16,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from craftrl.cli.preflight import build_policy, describe_exception, weight_mismatch
+from craftrl.cli.preflight import build_policy, describe_exception
 from craftrl.config.loading import LoadedConfig, load_config
 from craftrl.config.validate import ConfigError
 from craftrl.envs.contract import (ContractError, check_env_methods, check_reset_result, check_step_result,
                                    declared_task_metrics)
+from craftrl.policies.checks import tensor_shapes, weight_mismatch
 from craftrl.rollout.loop import action_rows, obs_batch
 from craftrl.run_dir import RunDirectory, saved_code_dir
 from craftrl.train.checkpoint import STATE_FILE, list_checkpoints, load_checkpoint
@@ -110,8 +111,7 @@ def load_for_eval(checkpoint: str, config_spec: str | None) -> tuple[LoadedConfi
 def load_eval_policy(loaded: LoadedConfig, model_state: dict[str, torch.Tensor]) -> torch.nn.Module:
     """The config's policy with the checkpoint's weights, in eval mode; a clear error when they do not fit."""
     policy = build_policy(loaded.policy_generator)
-    saved_shapes = {key: tuple(value.shape) for key, value in model_state.items() if hasattr(value, "shape")}
-    mismatch = weight_mismatch(saved_shapes, policy)
+    mismatch = weight_mismatch(tensor_shapes(model_state), policy, "the checkpoint")
     if mismatch:
         raise ConfigError([f"eval: the checkpoint's weights do not fit the policy from policy_generator ({mismatch}); "
                            "pass --config with the config it was trained with"])

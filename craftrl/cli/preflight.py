@@ -70,8 +70,11 @@ def preflight(loaded: Any) -> Probe | None:
 
     ``loaded`` is a ``craftrl.config.loading.LoadedConfig``. Returns what the probe measured (:class:`Probe`: the
     raw size of one of the run's fragments, from the env's first observation, the action the policy took on it
-    and the policy's recurrent state; the time of one env step), or None when the env was not probed.
+    and the policy's recurrent state; the time of one env step; the shapes of the policy's tensors, which the
+    train workers' policies must match), or None when the env was not probed.
     """
+    from craftrl.policies.checks import tensor_shapes
+
     config = loaded.online
     check_local_gpus(config)
     resume = config.train_config.resume
@@ -91,7 +94,7 @@ def preflight(loaded: Any) -> Probe | None:
         check_checkpoint_fits(checkpoint, policy)
     state = _call_policy("initial_state(1)", lambda: policy.initial_state(1))
     return Probe(fragment_nbytes(first.obs, action, state, config.rollout_config.fragment_length), step_wall_s,
-                 step_cpu_s, first.task_metrics)
+                 step_cpu_s, first.task_metrics, tensor_shapes(policy.state_dict()))
 
 
 def check_resume(resume: str | None, save_path: str | Path) -> Path | None:
@@ -150,6 +153,7 @@ def check_resume_checkpoint(resume: str | Path) -> CheckpointSummary:
 
     The file is memory-mapped, so even a multi-GB checkpoint is checked in milliseconds (tensors are not read).
     """
+    from craftrl.policies.checks import tensor_shapes
     from craftrl.train.checkpoint import STATE_FILE, list_checkpoints
 
     where = "train_config.resume"
@@ -163,9 +167,7 @@ def check_resume_checkpoint(resume: str | Path) -> CheckpointSummary:
         hint = f"; did you mean {nested[-1][1]}?" if nested else ""
         raise ConfigError([f"{where}: {resume} is not a checkpoint directory (expected it to hold {STATE_FILE}){hint}"])
     payload = _read_checkpoint(state_file, where)
-    model = payload.get("model")
-    return CheckpointSummary(state_file.parent, {key: tuple(value.shape) for key, value in model.items()
-                                                 if hasattr(value, "shape")})
+    return CheckpointSummary(state_file.parent, tensor_shapes(payload["model"]))
 
 
 def _read_checkpoint(state_file: Path, where: str) -> dict[str, Any]:
@@ -184,25 +186,11 @@ def _read_checkpoint(state_file: Path, where: str) -> dict[str, Any]:
     return payload
 
 
-def weight_mismatch(saved_shapes: dict[str, tuple[int, ...]], policy: Any) -> str | None:
-    """Why a strict ``load_state_dict`` of weights of these shapes into ``policy`` fails, in one line; None if fine.
-
-    torch's own error spans many lines and leads with the class name; the first differing shapes say more.
-    """
-    expected = {key: tuple(value.shape) for key, value in policy.state_dict().items()}
-    problems = [f"{key!r} is {list(saved_shapes[key])} in the checkpoint but {list(shape)} in the policy"
-                for key, shape in expected.items() if key in saved_shapes and saved_shapes[key] != shape]
-    problems += [f"unexpected {key!r}" for key in saved_shapes if key not in expected]
-    problems += [f"missing {key!r}" for key in expected if key not in saved_shapes]
-    if not problems:
-        return None
-    more = f" and {len(problems) - 3} more" if len(problems) > 3 else ""
-    return "; ".join(problems[:3]) + more
-
-
 def check_checkpoint_fits(checkpoint: CheckpointSummary, policy: Any) -> None:
     """The trainer loads the weights strictly: names and shapes must match the policy's exactly."""
-    mismatch = weight_mismatch(checkpoint.model_shapes, policy)
+    from craftrl.policies.checks import weight_mismatch
+
+    mismatch = weight_mismatch(checkpoint.model_shapes, policy, "the checkpoint")
     if mismatch:
         raise ConfigError([f"train_config.resume: the weights in {checkpoint.path} do not fit the policy from "
                            f"{POLICY} ({mismatch})"])
@@ -308,6 +296,7 @@ class Probe:
     step_wall_s: float  # one env step, in the env process (the mean of the preflight's)
     step_cpu_s: float  # CPU of the thread that called step() (a game in another process, e.g. a JVM, not counted)
     task_metrics: tuple[str, ...] = ()  # the env's declared task metrics (docs/envs.md), for the progress line
+    policy_shapes: dict[str, tuple[int, ...]] | None = None  # the driver's policy's tensors: train workers compare
 
 
 @dataclass

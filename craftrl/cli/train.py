@@ -10,6 +10,7 @@ import time
 from craftrl.cli.preflight import Probe, check_resume, preflight
 from craftrl.config.loading import LoadedConfig
 from craftrl.config.schema import OnlineConfig
+from craftrl.policies.checks import PolicyContractError
 from craftrl.ray_bootstrap import ClusterResourceError, ray_init
 from craftrl.replay.config import encoded_fragment_bound
 from craftrl.replay.store import ReplayStoreError
@@ -64,7 +65,8 @@ def train_command(loaded: LoadedConfig) -> int:
         sink = start_metrics_sink(str(run_dir.root), config)
         api.start_rolloutmanager(loaded.policy_generator, loaded.env_generator, config)
         api.start_trainer(loaded.policy_generator, loaded.env_generator, config, whole_config=loaded.source_text,
-                          run_dir=str(run_dir.root), task_metrics=task_metrics)
+                          run_dir=str(run_dir.root), task_metrics=task_metrics,
+                          policy_shapes=probe.policy_shapes if probe else None)
     except KeyboardInterrupt:
         interrupted = True
         print("craftrl: interrupted; stopping rollout workers and env processes", file=sys.stderr, flush=True)
@@ -119,23 +121,31 @@ def _close_metrics_sink(sink) -> None:
         print(f"craftrl: warning: the metrics sink did not close cleanly: {error}", file=sys.stderr)
 
 
-# The errors that end a run for a reason outside the trainer, and the part of the system they name.
-_RUN_FAILURES = {RolloutFailedError: "rollout", ReplayStoreError: "replay"}
+# The errors that end a started run with a reason to show in one line, and the part of the system they name.
+_RUN_FAILURES = {RolloutFailedError: "rollout", ReplayStoreError: "replay", PolicyContractError: "train"}
 
 
 def _run_failure(error: BaseException) -> str | None:
     """``"<part>: <one-line reason>"`` when ``error`` is the trainer stopping for the rollout side (no worker can
-    run) or the replay store (its disk), else None.
+    run), the replay store (its disk) or a train worker's policy (another network than the driver's), else None.
 
-    Ray Train may wrap the trainer's exception, so both the exception chain and its text are searched.
+    Ray Train may wrap the trainer's exception, so the exception chain, the train workers' own exceptions
+    (``worker_failures``, where Ray Train keeps them whole) and the text are searched.
     """
-    seen: BaseException | None = error
-    while seen is not None:
+    pending: list[BaseException] = [error]
+    visited: set[int] = set()
+    while pending:
+        seen = pending.pop(0)
+        if id(seen) in visited:
+            continue
+        visited.add(id(seen))
         for kind, part in _RUN_FAILURES.items():
             if isinstance(seen, kind):  # a Ray task's error keeps what was raised in ``cause``, without traceback
                 reason = getattr(seen, "cause", None) or seen
                 return f"{part}: " + str(reason).strip().splitlines()[0]
-        seen = seen.__cause__ or seen.__context__
+        pending += [cause for cause in (seen.__cause__ or seen.__context__,) if cause is not None]
+        pending += [failure for failure in (getattr(seen, "worker_failures", None) or {}).values()
+                    if isinstance(failure, BaseException)]
     text = str(error)
     for kind, part in _RUN_FAILURES.items():
         marker = f"{kind.__name__}: "

@@ -12,7 +12,7 @@ was expected.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 import torch
 from torch import nn
@@ -28,6 +28,36 @@ LOG_PROB_TOLERANCE = 1e-2  # logsumexp of normalised log-probs is 0; float32 rou
 
 class PolicyContractError(ValueError):
     """A policy broke the contract of docs/policies.md; the message is one line."""
+
+
+# Why a worker's policy_generator may build another network than the driver's: what its node gives it.
+GENERATORS_RUN_ON_NODES = (
+    "generators run in each worker's process with its node's environment variables and working directory, not the "
+    "driver's: read such values at the top of the config module, where the driver reads them once and they travel "
+    "with the generators, and give file paths absolute (docs/cluster.md)")
+
+
+def weight_mismatch(shapes: Mapping[str, tuple[int, ...]], policy: nn.Module, source: str,
+                    target: str = "the policy") -> str | None:
+    """Why a strict ``load_state_dict`` of weights of these ``shapes`` (from ``source``, e.g. "the checkpoint")
+    into ``policy`` (``target`` in the message) fails, in one line; None if it fits.
+
+    torch's own error spans many lines and leads with the class name; the first differing shapes say more.
+    """
+    expected = tensor_shapes(policy.state_dict())
+    problems = [f"{key!r} is {list(shapes[key])} in {source} but {list(shape)} in {target}"
+                for key, shape in expected.items() if key in shapes and tuple(shapes[key]) != shape]
+    problems += [f"{key!r} is in {source} but not in {target}" for key in shapes if key not in expected]
+    problems += [f"{key!r} is in {target} but not in {source}" for key in expected if key not in shapes]
+    if not problems:
+        return None
+    more = f" and {len(problems) - 3} more" if len(problems) > 3 else ""
+    return "; ".join(problems[:3]) + more
+
+
+def tensor_shapes(state_dict: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
+    """Name -> shape of each tensor of a state dict (what :func:`weight_mismatch` compares)."""
+    return {key: tuple(value.shape) for key, value in state_dict.items() if hasattr(value, "shape")}
 
 
 def check_policy_members(policy: Any) -> None:

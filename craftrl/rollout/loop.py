@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from craftrl.envs import EnvPool, EnvResult
+from craftrl.policies.checks import GENERATORS_RUN_ON_NODES, PolicyContractError, tensor_shapes, weight_mismatch
 from craftrl.policies.state import merge_states, split_state, state_to_numpy
 from craftrl.rollout.cutter import FragmentCutter
 from craftrl.rollout.fragment import Fragment
@@ -288,6 +289,11 @@ class RolloutLoop:
             self.fragments_per_version = share
             self._release_held()  # those still at their share are held again before they act
         if update is not None:
+            mismatch = weight_mismatch(tensor_shapes(update.state_dict), self.policy, "the learner's",
+                                       "this rollout worker's")
+            if mismatch:
+                raise PolicyContractError("policy_generator built another network in this rollout worker than in "
+                                          f"the learner ({mismatch}); {GENERATORS_RUN_ON_NODES}")
             self.policy.load_state_dict(update.state_dict)
             if update.version != self.version:
                 for track in self.tracks:

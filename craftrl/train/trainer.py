@@ -19,13 +19,14 @@ import logging
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import torch
 
 from craftrl.config.loading import config_to_yaml
 from craftrl.config.validate import build_config
 from craftrl.metrics import MetricsClient, collect_statistics
+from craftrl.policies.checks import GENERATORS_RUN_ON_NODES, PolicyContractError, weight_mismatch
 from craftrl.train.checkpoint import TrainingState, restore_rng_state
 from craftrl.train.home_checkpoints import HomeCheckpoints
 from craftrl.train.distributed import all_reduce_min, distributed
@@ -88,6 +89,11 @@ class _Run:
             torch.set_num_threads(int(train.num_cpus_per_worker))
         torch.manual_seed(self.online.seed)  # identical initial weights on every rank
         policy: torch.nn.Module = loop_config["policy_generator"]().to(self.device)
+        if loop_config.get("policy_shapes") is not None:
+            mismatch = weight_mismatch(loop_config["policy_shapes"], policy, "the driver's", "this train worker's")
+            if mismatch:
+                raise PolicyContractError(f"policy_generator built another network in train worker {self.rank} "
+                                          f"than in the driver ({mismatch}); {GENERATORS_RUN_ON_NODES}")
         reference = make_reference(policy) if train.kl_divergence_coef_rho > 0 else None
         self.state = TrainingState(rho=train.kl_divergence_coef_rho)
         self.checkpoints = HomeCheckpoints(train.save_path, loop_config.get("home_node"), train.keep_interval,
@@ -285,9 +291,10 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
         run.close()
 
 
-def run_trainer(policy_generator: Callable[[], Any], online_config: dict[str, Any],
-                storage_path: str | Path) -> Any:
-    """Start one ``TorchTrainer.fit()`` for the whole run and block until it ends."""
+def run_trainer(policy_generator: Callable[[], Any], online_config: dict[str, Any], storage_path: str | Path,
+                policy_shapes: Mapping[str, tuple[int, ...]] | None = None) -> Any:
+    """Start one ``TorchTrainer.fit()`` for the whole run and block until it ends. ``policy_shapes``: the tensors of
+    the policy the driver built, which each train worker's must match (None: not checked)."""
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
@@ -313,7 +320,7 @@ def run_trainer(policy_generator: Callable[[], Any], online_config: dict[str, An
         train_loop_per_worker,
         # home_node: where save_path is; a train worker on another node saves and loads checkpoints through it
         train_loop_config={"online": online_config, "policy_generator": policy_generator,
-                           "home_node": current_node_id()},
+                           "home_node": current_node_id(), "policy_shapes": policy_shapes},
         scaling_config=scaling,
         # a unique name: reusing one with the same storage path would make Ray Train "resume" it
         run_config=RunConfig(name=f"craftrl-{uuid.uuid4().hex[:8]}", storage_path=str(storage_path)),

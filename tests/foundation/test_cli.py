@@ -191,3 +191,15 @@ def test_eval_finds_the_checkpoints_of_a_minestudio_launchers_run_beside_the_lau
     result = craftrl("eval", str(run), "--episodes", "1")
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"{tmp_path / 'checkpoints' / 'iter_00000002'} (iteration 2, version 2)" in result.stdout
+
+
+def test_a_train_workers_policy_error_is_one_whole_line_though_ray_train_cuts_its_text():
+    """Ray Train cuts a worker's error text in the middle for its message; the exception it keeps is whole."""
+    from ray.train import WorkerGroupError
+
+    from craftrl.cli.train import _run_failure
+    from craftrl.policies.checks import PolicyContractError
+
+    reason = "policy_generator built another network in train worker 0 than in the driver (" + "x" * 2000 + ")"
+    cut = f"[Rank 0 Error Snippet]:\nPolicyContractError: {reason[:500]}...\n... (Output truncated) ...\n"
+    assert _run_failure(WorkerGroupError(cut, {0: PolicyContractError(reason)})) == f"train: {reason}"

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from craftrl.envs.latency import LatencyBoundEnv
+from craftrl.policies.checks import PolicyContractError
 from craftrl.testing.scripted_env import ScriptedEnv
 from craftrl.rollout.cutter import FragmentCutter
 from craftrl.testing.counting_policy import CountingPolicy
@@ -154,6 +155,27 @@ def test_new_weights_apply_between_forward_passes_and_are_stamped():
     # versions never go back in time within a chain
     for f in fragments:
         assert (np.diff(f.version) >= 0).all()
+
+
+def test_weights_of_another_network_stop_the_loop_in_one_line_naming_the_tensor():
+    """A worker whose policy_generator built another network than the learner's (on a cluster: a setting read from
+    the node's environment, docs/cluster.md) neither loads the learner's weights nor acts on."""
+    loop = RolloutLoop(functools.partial(ScriptedEnv, episode_length=50), CountingPolicy(), num_envs=2,
+                       batch_size=2, fragment_length=3, emit=lambda fragment: None)
+    try:
+        loop.step(timeout=30)
+        loop.set_weights(1, CountingPolicy(num_actions=5).state_dict())
+        with pytest.raises(PolicyContractError) as raised:
+            for _ in range(3):
+                loop.step(timeout=30)
+        assert loop.version == -1
+    finally:
+        loop.close()
+    message = str(raised.value)
+    assert "\n" not in message
+    assert message.startswith("policy_generator built another network in this rollout worker than in the learner "
+                              "('action_scores' is [5] in the learner's but [2] in this rollout worker's; ")
+    assert "node's environment variables and working directory" in message and "docs/cluster.md" in message
 
 
 def test_env_restart_closes_the_episode_as_truncated():
