@@ -163,6 +163,14 @@ def ray_init(config: OnlineConfig | None = None, address: str | None = None, *,
     return ray.cluster_resources()
 
 
+def ray_logs_directory() -> str:
+    """Where Ray keeps this session's logs on this node, its workers' output among them (``ray_init`` first)."""
+    import ray
+
+    context = ray.get_runtime_context()
+    return os.path.join(context.get_temp_dir(), context.get_session_name(), "logs")
+
+
 @contextlib.contextmanager
 def ray_processes_in_their_own_session() -> Iterator[None]:
     """While it is open, every process a local ``ray.init`` starts leads a session of its own (see the module

@@ -1,4 +1,4 @@
-"""The run directory: one place per run for its config, metrics, checkpoints, videos and logs.
+"""The run directory: one place per run for its config, metrics, checkpoints and videos.
 
 Layout (``<output_root>/<logger_config.name>-<YYYYmmdd-HHMMSS>/``)::
 
@@ -11,7 +11,7 @@ Layout (``<output_root>/<logger_config.name>-<YYYYmmdd-HHMMSS>/``)::
     checkpoints/         train_config.save_path when relative
     videos/              worker_config.video_output_dir when relative
     replay_buffer/       database_config.path when relative
-    logs/                process logs
+    logs/                a resumed run's earlier configs (config-until-iter_<N>.yaml)
 
 Relative paths in the config resolve here rather than against whatever the current directory of a Ray
 worker happens to be (MineStudio's relative paths land in a different place per process).
@@ -51,16 +51,14 @@ class RunDirectory:
             suffix += 1
             path = base.with_name(f"{base.name}-{suffix}")
         path.mkdir(parents=True)
-        for sub in ("tensorboard", "logs"):
-            (path / sub).mkdir()
+        (path / "tensorboard").mkdir()
         return cls(path)
 
     @classmethod
     def reopen(cls, root: str | Path) -> "RunDirectory":
         """An existing run directory, to continue writing into (a resumed run)."""
         path = Path(root).expanduser().resolve()
-        for sub in ("tensorboard", "logs"):
-            (path / sub).mkdir(parents=True, exist_ok=True)
+        (path / "tensorboard").mkdir(parents=True, exist_ok=True)
         return cls(path)
 
     @staticmethod

@@ -11,7 +11,7 @@ from craftrl.cli.preflight import Probe, check_resume, preflight
 from craftrl.config.loading import LoadedConfig
 from craftrl.config.schema import OnlineConfig
 from craftrl.policies.checks import PolicyContractError
-from craftrl.ray_bootstrap import ClusterResourceError, ray_init
+from craftrl.ray_bootstrap import ClusterResourceError, ray_init, ray_logs_directory
 from craftrl.replay.config import encoded_fragment_bound
 from craftrl.replay.store import ReplayStoreError
 from craftrl.rollout.loop import waits_more_than_computes
@@ -45,6 +45,7 @@ def train_command(loaded: LoadedConfig) -> int:
     except ClusterResourceError as error:
         print(f"craftrl: error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    ray_logs = ray_logs_directory()  # Ray's, on this node: the run directory keeps none
     if resume is not None and resume.run_dir is not None:
         run_dir = resume.run_dir  # continue that run: metrics appended, same checkpoints/ and videos/
     else:
@@ -89,8 +90,7 @@ def train_command(loaded: LoadedConfig) -> int:
                   f"ray shutdown {time.monotonic() - metrics_closed:.1f} s)", file=sys.stderr, flush=True)
     checkpoints = list_checkpoints(config.train_config.save_path)
     if failure is not None:
-        print(f"craftrl: error: {failure} (worker logs: {run_dir.root / 'logs'} and "
-              "/tmp/ray/session_latest/logs)", file=sys.stderr)
+        print(f"craftrl: error: {failure} (worker logs: {ray_logs})", file=sys.stderr)
     print(f"craftrl: {'stopped' if interrupted else 'failed' if failure else 'done'}. "
           f"run directory: {run_dir.root}")
     if accounting:

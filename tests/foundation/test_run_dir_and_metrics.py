@@ -20,7 +20,8 @@ from craftrl.weights import pull_retry_advice
 def test_run_directory_layout_and_path_resolution(tmp_path: Path):
     run = RunDirectory.create(tmp_path / "runs", "cows", now=0)
     assert run.root.parent == tmp_path / "runs" and run.root.name.startswith("cows-")
-    assert (run.root / "tensorboard").is_dir() and (run.root / "logs").is_dir()
+    assert (run.root / "tensorboard").is_dir()
+    assert not (run.root / "logs").exists(), "logs/ holds a resumed run's earlier configs: none in a new run"
     config = build_config({
         "train_config": {"save_path": "ckpt"},
         "rollout_config": {"worker_config": {"video_output_dir": "output/videos"},

@@ -78,6 +78,8 @@ def test_a_train_worker_whose_generator_reads_the_drivers_variable_stops_the_run
                                 "than in the driver ('encoder.dense.weight' is [32, ")
     assert "in this train worker's" in errors[0] and "node's environment variables" in errors[0]
     assert not list((tmp_path / "runs").glob("*/checkpoints/*"))
+    logs = Path(errors[0].rsplit("(worker logs: ", 1)[1].removesuffix(")"))  # where the train worker's traceback is
+    assert any("PolicyContractError" in log.read_text(errors="replace") for log in logs.glob("worker-*.err"))
 
 
 def test_a_variable_read_at_the_top_of_the_config_reaches_every_worker(tmp_path: Path):
