@@ -8,8 +8,10 @@ A config is either
   (``package.module:function``, or ``{target: ..., kwargs: {...}}`` for a partial) and an ``online_dict``.
 
 The source text of the file is kept (MineStudio's ``whole_config``) so a run directory records exactly what
-was run. Generators from a ``.py`` file are registered with cloudpickle *by value*: the file itself is not
-imported by name in env processes or Ray workers, so pickling them by reference would fail there.
+was run. The config module is registered with cloudpickle *by value*, whether named by path or by module name: its
+generators travel with the module-level values they use, as the driver computed them, so that every worker
+builds what the driver built (a worker on another node has that node's environment variables, docs/cluster.md);
+and a ``.py`` file is not importable by name in env processes or Ray workers at all.
 
 A config imports the modules beside it as a script does (``from my_env import MyEnv``, a file next to
 ``my_config.py``): its directory goes first on the import path, and a module name is looked up from the working
@@ -110,6 +112,7 @@ def _load_python(spec: str) -> tuple[Any, Any, Any, str]:
             raise ConfigError([f"{spec}: no such config module or file ({error})"]) from None
         except Exception as error:
             raise ConfigError([f"{spec}: importing the config failed: {type(error).__name__}: {error}"]) from None
+        _register_by_value(module)
         try:
             text = inspect.getsource(module)
         except (OSError, TypeError):

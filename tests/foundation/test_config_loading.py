@@ -117,6 +117,40 @@ def test_a_config_module_name_is_found_in_the_working_directory(console_script_p
     assert loaded.code_dir == str(project.resolve())
 
 
+@pytest.mark.parametrize("named_by", ["path", "module name"])
+def test_a_value_the_config_reads_when_loaded_travels_with_its_generators(
+        console_script_path: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, named_by: str):
+    """A worker on another node has that node's environment variables (docs/cluster.md): the generators must carry
+    what the driver read when it loaded the config, however the config was named, not read it again there."""
+    import ray.cloudpickle
+
+    project = tmp_path / "project"
+    project.mkdir()
+    module = f"{console_script_path}_reads_env"
+    (project / f"{module}.py").write_text(textwrap.dedent("""
+        import os
+
+        WIDTH = os.environ.get("CRAFTRL_TEST_WIDTH", "unset")
+
+        def policy_generator():
+            return WIDTH
+
+        env_generator = policy_generator
+        online_dict = {}
+    """))
+    monkeypatch.setenv("CRAFTRL_TEST_WIDTH", "32")
+    os.chdir(project)
+    loaded = load_config(str(project / f"{module}.py") if named_by == "path" else module)
+    payload = ray.cloudpickle.dumps(loaded.policy_generator)
+    # a worker: the config's directory on its import path (as Ray's workers have it), but not the variable
+    script = "import pickle, sys; sys.path.insert(0, sys.argv[1]); print(pickle.loads(sys.stdin.buffer.read())())"
+    worker_env = {key: value for key, value in os.environ.items() if key != "CRAFTRL_TEST_WIDTH"}
+    result = subprocess.run([sys.executable, "-c", script, str(project)], input=payload, capture_output=True,
+                            cwd="/", env=worker_env)
+    assert result.returncode == 0, result.stderr.decode()
+    assert result.stdout.decode().strip() == "32"
+
+
 def test_a_saved_copy_of_a_config_imports_from_the_directory_given(console_script_path: str, tmp_path: Path):
     """A run directory's config_source.py imports the modules beside the original (``craftrl eval``)."""
     project = tmp_path / "project"
