@@ -1,7 +1,7 @@
 """The user's own modules a generator needs where it runs, and the Ray nodes that cannot import them.
 
 A generator reaches another process pickled by reference to its module (unless cloudpickle ships that module by
-value, as ``craftrl train`` does for a config given as a ``.py`` file), and it may import modules when called:
+value, as ``craftrl train`` does for its config module), and it may import modules when called:
 ROCKET-3's ``env_generator`` imports ``rocket_callbacks``, a file beside its launcher. Ray puts the driver's script
 directory and working directory on its workers' import path, which is enough on the driver's machine. On another
 node those directories exist only if Ray's ``runtime_env`` ships them (``working_dir`` or ``py_modules``,
