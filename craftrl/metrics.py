@@ -102,6 +102,12 @@ def wandb_has_api_key() -> bool:
         return False
 
 
+def wandb_environment() -> dict[str, str]:
+    """This process's ``WANDB_*`` variables (API key, entity, host, group, ...): wandb reads its settings from
+    them, and on a cluster the metrics actor runs with its node's environment, not the driver's (docs/cluster.md)."""
+    return {name: value for name, value in os.environ.items() if name.startswith("WANDB_")}
+
+
 def resolve_wandb_mode(mode: str) -> str:
     if mode == "auto":
         return "online" if wandb_has_api_key() else "offline"

@@ -78,10 +78,13 @@ def start_metrics_sink(run_dir: str, config: OnlineConfig) -> Any:
     """Start the named ``metrics`` actor every component logs to (metrics.jsonl, TensorBoard, wandb)."""
     import ray
 
-    from craftrl.metrics import MetricsSink
+    from craftrl.metrics import MetricsSink, wandb_environment
 
-    sink = ray.remote(MetricsSink).options(name=METRICS, num_cpus=0, **on_home_node()).remote(
-        run_dir, config.logger_config, config_to_dict(config))
+    options: dict[str, Any] = {"name": METRICS, "num_cpus": 0, **on_home_node()}
+    forwarded = wandb_environment() if config.logger_config.project else {}
+    if forwarded:  # wandb runs in the actor: it gets the driver's wandb settings, wherever Ray started it
+        options["runtime_env"] = {"env_vars": forwarded}
+    sink = ray.remote(MetricsSink).options(**options).remote(run_dir, config.logger_config, config_to_dict(config))
     ray.get(sink.ready.remote())  # surfaces a sink start-up error (e.g. wandb) here
     _STARTED[METRICS] = sink
     return sink
