@@ -289,12 +289,15 @@ class RolloutLoop:
             self.fragments_per_version = share
             self._release_held()  # those still at their share are held again before they act
         if update is not None:
-            mismatch = weight_mismatch(tensor_shapes(update.state_dict), self.policy, "the learner's",
-                                       "this rollout worker's")
-            if mismatch:
+            try:
+                self.policy.load_state_dict(update.state_dict)
+            except RuntimeError:  # torch's many lines; which tensors differ, and the likely cause, in one
+                mismatch = weight_mismatch(tensor_shapes(update.state_dict), self.policy, "the learner's",
+                                           "this rollout worker's")
+                if mismatch is None:
+                    raise
                 raise PolicyContractError("policy_generator built another network in this rollout worker than in "
-                                          f"the learner ({mismatch}); {GENERATORS_RUN_ON_NODES}")
-            self.policy.load_state_dict(update.state_dict)
+                                          f"the learner ({mismatch}); {GENERATORS_RUN_ON_NODES}") from None
             if update.version != self.version:
                 for track in self.tracks:
                     track.fragments_this_version = 0
