@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -136,6 +137,11 @@ def ray_init(config: OnlineConfig | None = None, address: str | None = None, *,
         except ray.exceptions.AuthenticationError:
             raise ClusterResourceError(f"the Ray cluster at {address!r} refused this driver's token"
                                        f"{_token_hint()}") from None
+        except RuntimeError as error:
+            mismatch = version_mismatch(str(error), address)
+            if mismatch is None:
+                raise
+            raise ClusterResourceError(mismatch) from None
         resources = ray.cluster_resources()
         try:
             check_cluster_resources(config, resources)
@@ -212,6 +218,22 @@ def unreachable_reason(address: str, timeout: float = 5.0) -> str | None:
     except OSError as error:
         return error.strerror or str(error) or type(error).__name__
     return None
+
+
+def version_mismatch(message: str, address: str) -> str | None:
+    """One line for Ray's refusal to join a cluster that runs another Ray or Python release than this process
+    (Ray compares Python to the patch level: 3.11.7 and 3.11.9 differ), or None for any other error."""
+    if not message.startswith("Version mismatch"):
+        return None
+    versions = re.findall(r"Ray: (\S+)\s+Python: (\S+)", message)
+    if len(versions) == 2:
+        (cluster_ray, cluster_python), (own_ray, own_python) = versions
+        found = (f"runs Ray {cluster_ray} on Python {cluster_python}, and this driver Ray {own_ray} on Python "
+                 f"{own_python}")
+    else:
+        found = "runs another Ray or Python release than this driver"
+    return (f"the Ray cluster at {address!r} {found}; Ray joins only the same releases of both: run the driver "
+            "in the Python environment the cluster's nodes run (docs/cluster.md)")
 
 
 def _token_hint() -> str:

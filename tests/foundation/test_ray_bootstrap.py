@@ -154,3 +154,39 @@ def test_joining_a_token_cluster_without_its_token_is_one_line_naming_what_to_se
     assert "Traceback" not in result.stderr
     (line,) = [line for line in result.stderr.splitlines() if line.startswith("craftrl: error:")]
     assert f"cannot connect to the Ray cluster at '127.0.0.1:{port}'" in line and "RAY_AUTH_MODE=token" in line
+
+
+@pytest.mark.ray
+def test_joining_a_cluster_of_another_python_is_one_line_naming_both_releases(tmp_path):
+    """A driver whose Python differs from the cluster's: Ray refuses it with a multi-line RuntimeError under a
+    traceback; ``craftrl train --address`` says in one line which releases each side runs. The cluster is a real
+    local Ray whose record of the Python it was started with (the cluster metadata in its GCS, which Ray's check
+    reads) is rewritten to another release, as a head started by another Python would have written it."""
+    cluster = _python("""
+        import json, sys, ray
+        from ray._common.usage.usage_constants import CLUSTER_METADATA_KEY
+        from ray._private.ray_constants import KV_NAMESPACE_CLUSTER
+        from ray.experimental.internal_kv import _internal_kv_get, _internal_kv_put
+        ray.init(num_cpus=1, include_dashboard=False, object_store_memory=100 << 20)
+        metadata = json.loads(_internal_kv_get(CLUSTER_METADATA_KEY, namespace=KV_NAMESPACE_CLUSTER))
+        metadata["python_version"] = "3.10.13"
+        _internal_kv_put(CLUSTER_METADATA_KEY, json.dumps(metadata), overwrite=True, namespace=KV_NAMESPACE_CLUSTER)
+        print(ray.get_runtime_context().gcs_address, flush=True)
+        sys.stdin.readline()
+    """)
+    try:
+        address = cluster.stdout.readline().strip()
+        assert address, cluster.stderr.read()[-2000:]
+        result = subprocess.run(
+            [sys.executable, "-m", "craftrl.cli.main", "train", "tests/config_fixtures/tiny.py",
+             f"output_root={tmp_path / 'runs'}", "--address", address],
+            capture_output=True, text=True, timeout=120)
+    finally:
+        cluster.communicate(input="\n", timeout=60)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("craftrl: error:")]
+    own_python = ".".join(map(str, sys.version_info[:3]))
+    assert f"the Ray cluster at '{address}' runs Ray " in line and "on Python 3.10.13" in line
+    assert f"this driver Ray {__import__('ray').__version__} on Python {own_python}" in line
+    assert not (tmp_path / "runs").exists()
