@@ -70,8 +70,8 @@ def start_rolloutmanager(policy_generator: Callable[[], Any], env_generator: Cal
                          online_cfg: Mapping[str, Any] | OnlineConfig, address: str | None = None) -> Any:
     """Start the named ``rollout_manager`` actor with its workers, the replay buffer and episode statistics.
 
-    ``address`` is the Ray cluster to join, as in MineStudio (``"localhost:9899"``, ``"auto"``,
-    ``"ray://host:10001"``); None joins ``ray_config.address`` if set, else starts a local Ray sized to the config.
+    ``address`` is the Ray cluster to join, as in MineStudio (``"localhost:9899"``, ``"auto"``; not a Ray Client
+    ``ray://`` address); None joins ``ray_config.address`` if set, else starts a local Ray sized to the config.
     A Ray this process already joined is used as it is. Before any worker starts, every other node that can host
     a worker is asked whether it can import the user's modules the generators need (docs/cluster.md).
 

@@ -120,6 +120,12 @@ def ray_init(config: OnlineConfig | None = None, address: str | None = None, *,
         check_cluster_resources(config, resources)
         return resources
     if address:
+        if address.startswith("ray://"):
+            raise ClusterResourceError(
+                f"{address!r} is a Ray Client address, which craftrl does not join: through it the run's actors "
+                "would write its outputs on the head's disk under this machine's paths, out of the driver's sight; "
+                "run the driver on the head node with the head's host:port or 'auto', or submit it as a Ray job "
+                "(ray job submit, docs/cluster.md)")
         unreachable = unreachable_reason(address)
         if unreachable:
             raise ClusterResourceError(f"cannot reach a Ray cluster at {address!r} ({unreachable}); start one there "
@@ -203,16 +209,16 @@ def ray_processes_in_their_own_session() -> Iterator[None]:
 
 
 def unreachable_reason(address: str, timeout: float = 5.0) -> str | None:
-    """Why nothing answers at ``address`` (``host:port``, optionally ``ray://``), or None when something listens
+    """Why nothing answers at ``address`` (``host:port``), or None when something listens
     there. ``ray.init`` retries an address where nothing listens for minutes before it fails; this asks once.
     'auto' is left to Ray, which fails at once when it finds no cluster."""
     import socket
 
     if address in ("auto", "local"):
         return None
-    host, separator, port = address.removeprefix("ray://").rpartition(":")
+    host, separator, port = address.rpartition(":")
     if not separator or not port.isdigit():
-        return "expected host:port, 'auto' or ray://host:port"
+        return "expected host:port or 'auto'"
     try:
         socket.create_connection((host.strip("[]") or "localhost", int(port)), timeout=timeout).close()
     except OSError as error:

@@ -97,6 +97,30 @@ def test_joining_auto_where_no_cluster_runs_is_one_line_and_creates_no_run_direc
     assert not (tmp_path / "runs").exists(), "bad input creates nothing"
 
 
+def test_a_ray_client_address_is_one_line_pointing_to_the_head_or_a_job(tmp_path: Path, capsys):
+    """Through Ray Client the run's actors run on the cluster and write its outputs on the head's disk, under paths
+    of the client's machine, where the driver reads none of them: craftrl train and a launcher both refuse it."""
+    result = subprocess.run([sys.executable, "-m", "craftrl.cli.main", "train", TINY, f"output_root={tmp_path / 'runs'}",
+                             "--address", "ray://127.0.0.1:10001"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2, result.stderr[-3000:]
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("craftrl: error:")]
+    assert "'ray://127.0.0.1:10001' is a Ray Client address, which craftrl does not join" in line
+    assert "ray job submit" in line and not (tmp_path / "runs").exists()
+
+    sys.path.insert(0, str(TESTS / "config_fixtures"))
+    try:
+        from tiny import env_generator, policy_generator, tiny_online
+
+        from craftrl import start_rolloutmanager
+
+        with pytest.raises(SystemExit) as stopped:
+            start_rolloutmanager(policy_generator, env_generator, tiny_online(tmp_path), address="ray://head:10001")
+    finally:
+        sys.path.remove(str(TESTS / "config_fixtures"))
+    assert stopped.value.code == 2
+    assert "'ray://head:10001' is a Ray Client address" in capsys.readouterr().err
+
+
 def test_train_on_a_machine_without_gpus_says_which_keys_to_change(tmp_path: Path):
     result = craftrl("train", SEED, f"output_root={tmp_path}")
     assert result.returncode == 2
