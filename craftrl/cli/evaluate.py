@@ -101,11 +101,15 @@ def load_for_eval(checkpoint: str, config_spec: str | None) -> tuple[LoadedConfi
     saved = find_config_source(path, run)
     if saved is None:
         raise ConfigError([f"eval: no config_source.py/.yaml found near {path}; pass --config CONFIG"])
+    code_dir = saved_code_dir(saved.parent)
     try:  # the saved copy imports its modules from beside the original
-        return load_config(str(saved), code_dir=saved_code_dir(saved.parent)), payload, path
+        return load_config(str(saved), code_dir=code_dir), payload, path
     except ConfigError as error:  # a launcher's config module may need what the launcher binds (ROCKET-3's path)
-        raise ConfigError([f"eval: the run's saved config {problem}; pass --config CONFIG, a config whose generators "
-                           "build this env and policy" for problem in error.problems]) from None
+        # a run submitted as a Ray job imported them from Ray's copy of its working directory, gone with the job
+        gone = (f" (it imported its modules from {code_dir}, which no longer exists)"
+                if code_dir and not Path(code_dir).is_dir() else "")
+        raise ConfigError([f"eval: the run's saved config {problem}{gone}; pass --config CONFIG, a config whose "
+                           "generators build this env and policy" for problem in error.problems]) from None
 
 
 def load_eval_policy(loaded: LoadedConfig, model_state: dict[str, torch.Tensor]) -> torch.nn.Module:

@@ -75,3 +75,22 @@ def test_a_saved_config_whose_generator_needs_its_launchers_argument_points_to_c
     (problem,) = raised.value.problems
     assert "policy_generator: expected a callable taking no arguments" in problem
     assert problem.startswith("eval: the run's saved config ") and "pass --config CONFIG" in problem
+
+
+def test_a_saved_config_whose_modules_directory_is_gone_says_so(tmp_path: Path):
+    """A run submitted as a Ray job imports its config's modules from Ray's copy of the working directory, which
+    goes with the job: eval names that directory and says it is gone, instead of only the missing module."""
+    from craftrl.cli.evaluate import load_for_eval
+    from craftrl.run_dir import CONFIG_DIR_FILE
+    from craftrl.train.checkpoint import TrainingState, save_checkpoint
+
+    run = _run_directory(tmp_path, "checkpoints", started=1000.0, last_metrics=2000.0)
+    (run / "config_source.py").write_text("from helper import EPISODE_LENGTH\n")
+    job_copy = tmp_path / "ray" / "runtime_resources" / "working_dir_files" / "_ray_pkg_1"  # gone with its job
+    (run / CONFIG_DIR_FILE).write_text(f"{job_copy}\n")
+    save_checkpoint(run / "checkpoints", TrainingState(iteration=4), model={}, optimizer=None, reference=None)
+    with pytest.raises(ConfigError) as raised:
+        load_for_eval(str(run), None)
+    (problem,) = raised.value.problems
+    assert "No module named 'helper'" in problem
+    assert f"(it imported its modules from {job_copy}, which no longer exists)" in problem
