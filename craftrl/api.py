@@ -48,13 +48,17 @@ def _bad_input_exits() -> Iterator[None]:
 def _validated(policy_generator: Callable[[], Any], env_generator: Callable[[], Any],
                online_cfg: Mapping[str, Any] | OnlineConfig) -> OnlineConfig:
     """The config with its output paths absolute: relative ones resolve against the caller's directory, not each
-    actor's (MineStudio's trap)."""
-    from craftrl.run_dir import RunDirectory
+    actor's (MineStudio's trap). Each must be a directory this process can make and write into."""
+    from craftrl.run_dir import RunDirectory, output_paths, unwritable_output_paths
 
     check_generator("policy_generator", policy_generator, where="start arguments")
     check_generator("env_generator", env_generator, where="start arguments")
     config = online_cfg if isinstance(online_cfg, OnlineConfig) else build_config(online_cfg)
-    return RunDirectory(Path.cwd()).resolve_config_paths(config)
+    config = RunDirectory(Path.cwd()).resolve_config_paths(config)
+    problems = unwritable_output_paths(output_paths(config))
+    if problems:
+        raise ConfigError(problems)
+    return config
 
 
 def _launcher_directory() -> str:

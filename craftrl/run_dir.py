@@ -25,7 +25,9 @@ place. Resolving ``save_path`` inside a brand-new run directory could never find
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,6 +111,35 @@ class RunDirectory:
         (self.root / f"config_source{suffix}").write_text(source_text)
         if code_dir is not None:
             (self.root / CONFIG_DIR_FILE).write_text(code_dir + "\n")
+
+
+def output_paths(config: OnlineConfig) -> dict[str, str]:
+    """The directories a run writes into besides its run directory, by config key."""
+    return {"train_config.save_path": config.train_config.save_path,
+            "rollout_config.replay_buffer_config.database_config.path":
+                config.rollout_config.replay_buffer_config.database_config.path,
+            "rollout_config.worker_config.video_output_dir": config.rollout_config.worker_config.video_output_dir}
+
+
+def unwritable_output_paths(paths: dict[str, str | Path]) -> list[str]:
+    """One problem per ``{key: directory}`` where no directory can be made and written into, found before anything
+    starts (a checkpoint directory that cannot be made would otherwise stop the run at its first save, and a video
+    directory would lose every video without a word). Each is tried by making and removing a directory in its
+    nearest existing ancestor: permission bits do not tell for root, read-only mounts or /proc."""
+    problems = []
+    for key, path in paths.items():
+        existing = Path(path).expanduser().absolute()
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+        if not existing.is_dir():
+            problems.append(f"{key}: cannot make a directory at {path}: {existing} is not a directory")
+            continue
+        try:
+            os.rmdir(tempfile.mkdtemp(prefix=".craftrl-write-check-", dir=existing))
+        except OSError as error:
+            problems.append(f"{key}: cannot make a directory at {path}: {existing} is not writable "
+                            f"({error.strerror or error})")
+    return problems
 
 
 def saved_code_dir(directory: Path) -> str | None:

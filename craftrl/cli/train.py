@@ -6,16 +6,18 @@ import dataclasses
 import signal
 import sys
 import time
+from pathlib import Path
 
 from craftrl.cli.preflight import Probe, check_resume, preflight
 from craftrl.config.loading import LoadedConfig
 from craftrl.config.schema import OnlineConfig
+from craftrl.config.validate import ConfigError
 from craftrl.policies.checks import PolicyContractError
 from craftrl.ray_bootstrap import ClusterResourceError, ray_init, ray_logs_directory
 from craftrl.replay.config import encoded_fragment_bound
 from craftrl.replay.store import ReplayStoreError
 from craftrl.rollout.loop import waits_more_than_computes
-from craftrl.run_dir import ResumeTarget, RunDirectory, find_resume_target
+from craftrl.run_dir import ResumeTarget, RunDirectory, find_resume_target, output_paths, unwritable_output_paths
 from craftrl.system import format_accounting, format_stop_times, start_metrics_sink, stop_rollout_system
 from craftrl.train.trainer import RolloutFailedError
 
@@ -31,6 +33,7 @@ def train_command(loaded: LoadedConfig) -> int:
     from craftrl.train.trainer import stop_on_sigterm
 
     config = loaded.online
+    _check_output_paths(config)
     resume = _resume_target(config)  # before the preflight: it turns 'latest' or a run directory into a checkpoint
     if resume is not None:
         config = _with_resume_checkpoint(config, resume)
@@ -109,6 +112,16 @@ def train_command(loaded: LoadedConfig) -> int:
     if failure is not None:
         return EXIT_RUN_FAILED
     return EXIT_INTERRUPTED if interrupted else 0
+
+
+def _check_output_paths(config: OnlineConfig) -> None:
+    """Bad input if the run directory, or an output path given absolute, cannot be made and written (relative
+    ones lie inside the run directory)."""
+    paths = {"output_root": config.output_root,
+             **{key: path for key, path in output_paths(config).items() if Path(path).expanduser().is_absolute()}}
+    problems = unwritable_output_paths(paths)
+    if problems:
+        raise ConfigError(problems)
 
 
 def _close_metrics_sink(sink) -> None:

@@ -173,3 +173,38 @@ def test_read_jsonl_skips_the_line_a_killed_run_cut_and_keeps_what_a_resume_appe
     resumed.write({"loss": 0.5}, step=3, wall_time=30.0)
     resumed.close()
     assert [(r["step"], r["loss"]) for r in read_jsonl(path)] == [(1, 1.0), (3, 0.5)]
+
+
+def test_output_paths_where_no_directory_can_be_made_are_named_and_nothing_is_left_behind(tmp_path: Path):
+    from craftrl.run_dir import unwritable_output_paths
+
+    (tmp_path / "a_file").write_text("text")
+    problems = unwritable_output_paths({"fine": tmp_path / "new" / "deeper", "existing": tmp_path,
+                                        "file": tmp_path / "a_file" / "sub"})
+    assert problems == [f"file: cannot make a directory at {tmp_path / 'a_file' / 'sub'}: "
+                        f"{tmp_path / 'a_file'} is not a directory"]
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["a_file"], "the check makes nothing that stays"
+    if Path("/proc/self").is_dir():  # Linux: a directory even root cannot make anything in
+        (problem,) = unwritable_output_paths({"train_config.save_path": "/proc/craftrl-checkpoints"})
+        assert problem.startswith("train_config.save_path: cannot make a directory at /proc/craftrl-checkpoints: "
+                                  "/proc is not writable (")
+
+
+def test_a_launchers_output_path_inside_a_file_is_one_line_and_exit_2(tmp_path: Path, monkeypatch, capsys):
+    import sys
+
+    from craftrl import start_rolloutmanager
+
+    tests = Path(__file__).resolve().parents[1]
+    monkeypatch.syspath_prepend(str(tests / "config_fixtures"))
+    from tiny import env_generator, policy_generator, tiny_online
+
+    (tmp_path / "a_file").write_text("text")
+    online = tiny_online(tmp_path, train_config={"save_path": str(tmp_path / "a_file" / "checkpoints")})
+    with pytest.raises(SystemExit) as stopped:
+        start_rolloutmanager(policy_generator, env_generator, online)
+    assert stopped.value.code == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == (f"craftrl: error: train_config.save_path: cannot make a directory at "
+                    f"{tmp_path / 'a_file' / 'checkpoints'}: {tmp_path / 'a_file'} is not a directory")
+    assert "ray" not in sys.modules or not __import__("ray").is_initialized()

@@ -108,6 +108,15 @@ def train_resume(make_resume_dir: Callable[[Path], str]) -> Callable[[Path], lis
     return argv
 
 
+def train_writing_under_a_file(key: str) -> Callable[[Path], list[str]]:
+    """``craftrl train`` with the output directory ``key`` inside a file, where no directory can be made."""
+
+    def argv(tmp_path: Path) -> list[str]:
+        return [*train(config_module())(tmp_path), f"{key}={write(tmp_path, 'a_file', 'text')}/outputs"]
+
+    return argv
+
+
 def garbage_checkpoint(tmp_path: Path) -> str:
     directory = tmp_path / "iter_00000007"
     directory.mkdir()
@@ -223,6 +232,12 @@ CASES = [
     Case("kept checkpoints that are never saved",
          train(config_module(), "train_config.save_interval=3", "train_config.keep_interval=4"),
          ("train_config.keep_interval: expected a multiple of save_interval (3), got 4",)),
+    Case("output root inside a file", train_writing_under_a_file("output_root"),
+         ("output_root: cannot make a directory at", "a_file is not a directory")),
+    Case("checkpoint directory inside a file", train_writing_under_a_file("train_config.save_path"),
+         ("train_config.save_path: cannot make a directory at", "a_file is not a directory")),
+    Case("video directory inside a file", train_writing_under_a_file("rollout_config.worker_config.video_output_dir"),
+         ("rollout_config.worker_config.video_output_dir: cannot make a directory at", "a_file is not a directory")),
     Case("more GPUs than the machine has", train(config_module(), "train_config.num_gpus_per_worker=4096"),
          ("4096 GPU", "set rollout_config.num_gpus_per_worker and train_config.num_gpus_per_worker to 0")),
     # ------------------------------------------------------------------ envs (preflight, in an env process)
