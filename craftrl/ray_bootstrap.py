@@ -93,14 +93,17 @@ def check_cluster_resources(config: OnlineConfig, available: dict[str, float]) -
             "nodes with those resources (ray start --resources) or lower the worker counts")
 
 
+NAMESPACE = "craftrl"  # a launcher's: its actors' names are MineStudio's, one run of them per cluster
+
+
 def ray_init(config: OnlineConfig | None = None, address: str | None = None, *,
              include_dashboard: bool | None = None, machine_cpus: int | None = None, code_dir: str | None = None,
-             **ray_kwargs: Any) -> dict[str, float]:
+             namespace: str = NAMESPACE, **ray_kwargs: Any) -> dict[str, float]:
     """Start a local Ray sized to ``config`` or join ``address`` and check it can host ``config``.
 
     ``code_dir``: a directory Ray's workers import the user's modules from, as they do from the directory of the
-    driver's script (``craftrl train``'s config file plays the script). Returns the cluster's resources. Usage
-    statistics are always off and the namespace is ``craftrl``.
+    driver's script (``craftrl train``'s config file plays the script). ``namespace``: the Ray namespace of the
+    run's named actors. Returns the cluster's resources. Usage statistics are always off.
     """
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -132,7 +135,7 @@ def ray_init(config: OnlineConfig | None = None, address: str | None = None, *,
                                        "(ray start --head --port PORT, docs/cluster.md) or leave the address out for "
                                        "a local Ray")
         try:
-            ray.init(address=address, namespace="craftrl", **ray_kwargs)
+            ray.init(address=address, namespace=namespace, **ray_kwargs)
         except ConnectionError as error:
             if "Could not find any running Ray instance" in str(error):  # 'auto' on a machine without one
                 raise ClusterResourceError(f"no Ray cluster runs on this machine to join at {address!r}; start one "
@@ -165,7 +168,7 @@ def ray_init(config: OnlineConfig | None = None, address: str | None = None, *,
     # address="local": a plain ray.init() would join any cluster /tmp/ray/ray_current_cluster names (one a
     # `ray start` or another test left), and then refuse num_cpus with a traceback.
     options = {"address": "local", "num_cpus": local_cpu_count(config, machine_cpus), "num_gpus": detected_gpus,
-               "include_dashboard": dashboard, "namespace": "craftrl",
+               "include_dashboard": dashboard, "namespace": namespace,
                "object_store_memory": memory_mb * (1 << 20) if memory_mb else None,
                # one machine plays every node: it declares the custom resources the config places by
                "resources": dict(need.custom) or None}

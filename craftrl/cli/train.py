@@ -6,6 +6,7 @@ import dataclasses
 import signal
 import sys
 import time
+import uuid
 from pathlib import Path
 
 from craftrl.cli.preflight import Probe, check_resume, preflight
@@ -43,8 +44,13 @@ def train_command(loaded: LoadedConfig) -> int:
     if probe is not None:
         config = _with_envs_per_process(_with_fragment_bound(config, probe.raw_fragment_bytes), probe)
         loaded = dataclasses.replace(loaded, online=config)
+    # A run of its own on a shared cluster: its named actors in a namespace of its own, so that another run's
+    # (MineStudio's names, the same in every run) neither replace them nor are replaced; and its rollout side tied
+    # to this process, which stops it at the end, so a driver killed outright leaves none of it running there.
+    config = dataclasses.replace(config, detach_rollout_manager=False)
     try:  # before the run directory: a cluster that is not there is bad input, which creates nothing
-        ray_init(config, code_dir=loaded.code_dir)
+        ray_init(config, code_dir=loaded.code_dir,
+                 namespace=f"craftrl-{config.logger_config.name}-{uuid.uuid4().hex[:8]}")
     except ClusterResourceError as error:
         print(f"craftrl: error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -196,7 +196,7 @@ class RayConfig:
 @dataclass
 class OnlineConfig:
     trainer_name: str = key("PPOTrainer", "Training algorithm; only 'PPOTrainer' exists.", one_of("PPOTrainer"))
-    detach_rollout_manager: bool = key(True, "Create the rollout manager as a detached actor that outlives the driver.")
+    detach_rollout_manager: bool = key(True, "Create the rollout manager as a detached actor that outlives the driver (a MineStudio launcher's rollout side then keeps running after it exits). craftrl train ties it to its own run instead: it stops it at the end, and a driver killed outright takes it along.")
     seed: int = key(0, "Seed for env, policy initialisation and replay sampling.", NON_NEGATIVE)
     output_root: str = key("runs", "Where run directories runs/<logger name>-<timestamp>/ are created.")
     rollout_config: RolloutConfig = section(RolloutConfig, "How experience is collected.")
