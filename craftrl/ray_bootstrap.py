@@ -108,6 +108,7 @@ def ray_init(config: OnlineConfig | None = None, address: str | None = None, *,
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     import ray
+    from ray.util.client import ray as ray_client
 
     if code_dir is not None and "job_config" not in ray_kwargs:
         from ray.job_config import JobConfig
@@ -118,17 +119,19 @@ def ray_init(config: OnlineConfig | None = None, address: str | None = None, *,
     config = config or OnlineConfig()
     address = address if address is not None else config.ray_config.address
     dashboard = config.ray_config.include_dashboard if include_dashboard is None else include_dashboard
+    client_address = (address or "").startswith("ray://")
+    if client_address or ray_client.is_connected():
+        where = f"the address {address!r}" if client_address else "this process's Ray connection"
+        raise ClusterResourceError(
+            f"{where} goes through Ray Client, which craftrl does not support: the run's actors would write its "
+            "outputs on the head's disk under this machine's paths, out of the driver's sight; run the driver on "
+            "the head node with the head's host:port or 'auto', or submit it as a Ray job (ray job submit, "
+            "docs/cluster.md)")
     if ray.is_initialized():
         resources = ray.cluster_resources()
         check_cluster_resources(config, resources)
         return resources
     if address:
-        if address.startswith("ray://"):
-            raise ClusterResourceError(
-                f"{address!r} is a Ray Client address, which craftrl does not join: through it the run's actors "
-                "would write its outputs on the head's disk under this machine's paths, out of the driver's sight; "
-                "run the driver on the head node with the head's host:port or 'auto', or submit it as a Ray job "
-                "(ray job submit, docs/cluster.md)")
         unreachable = unreachable_reason(address)
         if unreachable:
             raise ClusterResourceError(f"cannot reach a Ray cluster at {address!r} ({unreachable}); start one there "

@@ -104,7 +104,7 @@ def test_a_ray_client_address_is_one_line_pointing_to_the_head_or_a_job(tmp_path
                              "--address", "ray://127.0.0.1:10001"], capture_output=True, text=True, timeout=120)
     assert result.returncode == 2, result.stderr[-3000:]
     (line,) = [line for line in result.stderr.splitlines() if line.startswith("craftrl: error:")]
-    assert "'ray://127.0.0.1:10001' is a Ray Client address, which craftrl does not join" in line
+    assert "the address 'ray://127.0.0.1:10001' goes through Ray Client, which craftrl does not support" in line
     assert "ray job submit" in line and not (tmp_path / "runs").exists()
 
     sys.path.insert(0, str(TESTS / "config_fixtures"))
@@ -118,7 +118,7 @@ def test_a_ray_client_address_is_one_line_pointing_to_the_head_or_a_job(tmp_path
     finally:
         sys.path.remove(str(TESTS / "config_fixtures"))
     assert stopped.value.code == 2
-    assert "'ray://head:10001' is a Ray Client address" in capsys.readouterr().err
+    assert "the address 'ray://head:10001' goes through Ray Client" in capsys.readouterr().err
 
 
 def test_train_on_a_machine_without_gpus_says_which_keys_to_change(tmp_path: Path):
