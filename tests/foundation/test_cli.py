@@ -97,7 +97,7 @@ def test_joining_auto_where_no_cluster_runs_is_one_line_and_creates_no_run_direc
     assert not (tmp_path / "runs").exists(), "bad input creates nothing"
 
 
-def test_a_ray_client_address_is_one_line_pointing_to_the_head_or_a_job(tmp_path: Path, capsys):
+def test_a_ray_client_address_is_one_line_pointing_to_the_head_or_a_job(tmp_path: Path, monkeypatch, capsys):
     """Through Ray Client the run's actors run on the cluster and write its outputs on the head's disk, under paths
     of the client's machine, where the driver reads none of them: craftrl train and a launcher both refuse it."""
     result = subprocess.run([sys.executable, "-m", "craftrl.cli.main", "train", TINY, f"output_root={tmp_path / 'runs'}",
@@ -107,16 +107,13 @@ def test_a_ray_client_address_is_one_line_pointing_to_the_head_or_a_job(tmp_path
     assert "the address 'ray://127.0.0.1:10001' goes through Ray Client, which craftrl does not support" in line
     assert "ray job submit" in line and not (tmp_path / "runs").exists()
 
-    sys.path.insert(0, str(TESTS / "config_fixtures"))
-    try:
-        from tiny import env_generator, policy_generator, tiny_online
+    monkeypatch.syspath_prepend(str(TESTS / "config_fixtures"))
+    from tiny import env_generator, policy_generator, tiny_online
 
-        from craftrl import start_rolloutmanager
+    from craftrl import start_rolloutmanager
 
-        with pytest.raises(SystemExit) as stopped:
-            start_rolloutmanager(policy_generator, env_generator, tiny_online(tmp_path), address="ray://head:10001")
-    finally:
-        sys.path.remove(str(TESTS / "config_fixtures"))
+    with pytest.raises(SystemExit) as stopped:
+        start_rolloutmanager(policy_generator, env_generator, tiny_online(tmp_path), address="ray://head:10001")
     assert stopped.value.code == 2
     assert "the address 'ray://head:10001' goes through Ray Client" in capsys.readouterr().err
 
