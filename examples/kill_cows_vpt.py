@@ -6,12 +6,15 @@
 Nothing is downloaded: the ``.model``/``.weights`` files must be on disk. VPT acts in MineRL's action space
 (8641 button combinations x 121 camera bins), which Crafter does not have, so this example keeps VPT's
 trunk (Impala CNN + transformer memory) and its value head, and trains a fresh 17-way action head for
-Crafter on the trunk's latent. On MinecraftSim (examples/minecraft_kill_cows.py) VPT's own head is used.
+Crafter on the trunk's latent. The published models see 128x128 frames; Crafter's 64x64 ones are scaled up
+to that by repeating pixels, inside the policy, so the envs and the replay keep the small frames. On MinecraftSim (examples/minecraft_kill_cows.py) VPT's own head is used.
 It shows VPT's network trained by craftrl; on a laptop the config that learns this task in minutes is
 examples/kill_cows.py (bench/notes/default_config.md, "A config that leaves the learning settings out").
 """
 
 import os
+
+import torch.nn.functional as F
 
 from craftrl.policies import CategoricalHead, Policy
 
@@ -40,6 +43,12 @@ class VPTForCrafter(Policy):
         return self.vpt.initial_state(batch_size)
 
     def forward(self, input, state_in, first):  # noqa: A002 - contract name
+        images = input["image"]  # [batch, time, height, width, channels], uint8
+        height, width = self.vpt.config.img_shape[:2]
+        if images.shape[2:4] != (height, width):
+            frames = images.flatten(0, 1).permute(0, 3, 1, 2)
+            frames = F.interpolate(frames, size=(height, width), mode="nearest").permute(0, 2, 3, 1)
+            input = {**input, "image": frames.reshape(*images.shape[:2], height, width, images.shape[-1])}  # noqa: A001
         latents, state_out = self.vpt(input=input, state_in=state_in, first=first)
         return {"pi_logits": self.pi_head(latents["latent"]), "vpred": latents["vpred"]}, state_out
 

@@ -37,6 +37,20 @@ def test_example_policy_acts_in_its_env(name):
     assert reward >= 0.0 and not (terminated and truncated)
 
 
+def test_vpt_example_acts_with_a_published_models_128_pixel_frames(tmp_path, monkeypatch):
+    """OpenAI's .model files take 128x128 frames and Crafter draws 64x64 ones; the example bridges the two."""
+    from craftrl.policies.vpt import save_vpt_policy, vpt_tiny
+
+    model, weights = tmp_path / "tiny.model", tmp_path / "tiny.weights"
+    save_vpt_policy(vpt_tiny(img_shape=(128, 128, 3)), model, weights)
+    monkeypatch.setenv("VPT_MODEL", str(model))
+    monkeypatch.setenv("VPT_WEIGHTS", str(weights))
+    loaded = load_config(str(EXAMPLES[0].parent / "kill_cows_vpt.py"))  # reads the variables when it loads
+    assert loaded.policy_generator().vpt.config.img_shape == (128, 128, 3)
+    reward, terminated, truncated = _act_once(loaded)
+    assert reward >= 0.0 and not (terminated and truncated)
+
+
 def test_minecraft_example_fails_with_one_clear_error_without_minestudio():
     from craftrl.envs.minecraft import MinecraftUnavailableError
 
