@@ -2,8 +2,11 @@
 
 Layout: ``<save_path>/iter_<NNNNNNNN>/`` holding ``state.pt`` (everything below) and ``config.yaml``.
 
-* Atomic: a checkpoint is written into ``.tmp-iter_<N>-<pid>`` and renamed into place, so a crash never
-  leaves a half-written ``iter_*`` directory that ``resume latest`` would pick.
+* Atomic: a checkpoint is written into ``.tmp-iter_<N>-<host>-<pid>`` and renamed into place, so a crash never
+  leaves a half-written ``iter_*`` directory that ``resume latest`` would pick. A save cut short (``ray job
+  stop`` kills a run 3 s after asking it to stop, and a VPT-2x checkpoint takes ~10 s to write) leaves its
+  staging directory behind, as large as a checkpoint; the next save on that host removes those whose writer
+  has exited.
 * Retention: after each save, a checkpoint is kept if its iteration is a multiple of ``keep_interval``, or if
   it is among the ``keep_last`` newest; every other one is deleted. (``keep_interval`` 0 keeps only the
   newest.) MineStudio's version of this had a sign error and deleted the wrong ones.
@@ -20,6 +23,7 @@ import os
 import random
 import re
 import shutil
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -28,6 +32,7 @@ import numpy as np
 import torch
 
 CHECKPOINT_PATTERN = re.compile(r"^iter_(\d{8})$")
+STAGING_PATTERN = re.compile(r"^\.tmp-iter_\d{8}-(?P<host>.+)-(?P<pid>\d+)$")
 STATE_FILE = "state.pt"
 
 
@@ -87,14 +92,37 @@ def checkpoint_payload(training: TrainingState, *, model: dict[str, torch.Tensor
             "scaler": scaler, "rng": rng_state()}
 
 
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def remove_abandoned_staging(save_path: str | Path) -> list[Path]:
+    """Delete the staging directories of saves on this host whose writing process no longer exists."""
+    host = socket.gethostname()
+    removed = []
+    for entry in Path(save_path).iterdir():
+        match = STAGING_PATTERN.match(entry.name)
+        if match and match["host"] == host and not _process_exists(int(match["pid"])):
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry)
+    return removed
+
+
 def write_checkpoint(save_path: str | Path, iteration: int, write_state: Callable[[Path], None],
                      config_yaml: str = "") -> Path:
     """Write one checkpoint directory atomically (``write_state`` writes ``state.pt`` at the path it is given)
     and return it."""
     root = Path(save_path)
     root.mkdir(parents=True, exist_ok=True)
+    remove_abandoned_staging(root)
     final = checkpoint_dir(root, iteration)
-    staging = root / f".tmp-{final.name}-{os.getpid()}"
+    staging = root / f".tmp-{final.name}-{socket.gethostname()}-{os.getpid()}"
     if staging.exists():
         shutil.rmtree(staging)
     staging.mkdir()

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import copy
 import os
+import socket
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -564,6 +567,37 @@ def test_retention_on_disk_and_atomic_layout(tmp_path):
     assert apply_retention(tmp_path, keep_interval=20, keep_last=2) == [10, 30]
     assert [i for i, _ in list_checkpoints(tmp_path)] == [20, 40, 50]
     assert resolve_resume("latest", tmp_path).name == "iter_00000050"
+
+
+WRITER_THAT_HANGS = """
+import sys, time
+from craftrl.train.checkpoint import write_checkpoint
+def write_half(path):
+    path.write_bytes(b"x" * 1000)
+    print("writing", flush=True)
+    time.sleep(600)
+write_checkpoint(sys.argv[1], int(sys.argv[2]), write_half)
+"""
+
+
+def test_a_save_cut_short_leaves_its_staging_directory_only_until_the_next_save(tmp_path):
+    """What `ray job stop` does to a run still writing its final checkpoint when the SIGKILL comes."""
+    writers = [subprocess.Popen([sys.executable, "-c", WRITER_THAT_HANGS, str(tmp_path), str(iteration)],
+                                stdout=subprocess.PIPE, text=True) for iteration in (7, 8)]
+    try:
+        for writer in writers:
+            assert writer.stdout.readline() == "writing\n"
+        killed, running = writers
+        killed.kill()
+        killed.wait()
+        assert len(list(tmp_path.glob(".tmp-*"))) == 2
+        save_checkpoint(tmp_path, TrainingState(iteration=9), model={}, optimizer=None, reference=None)
+        left = [entry.name for entry in tmp_path.iterdir()]
+        assert sorted(left) == sorted(["iter_00000009", f".tmp-iter_00000008-{socket.gethostname()}-{running.pid}"])
+    finally:
+        for writer in writers:
+            writer.kill()
+            writer.wait()
 
 
 def test_unreadable_and_missing_checkpoints_give_clear_errors(tmp_path):
