@@ -5,8 +5,8 @@ Layout: ``<save_path>/iter_<NNNNNNNN>/`` holding ``state.pt`` (everything below)
 * Atomic: a checkpoint is written into ``.tmp-iter_<N>-<host>-<pid>`` and renamed into place, so a crash never
   leaves a half-written ``iter_*`` directory that ``resume latest`` would pick. A save cut short (``ray job
   stop`` kills a run 3 s after asking it to stop, and a VPT-2x checkpoint takes ~10 s to write) leaves its
-  staging directory behind, as large as a checkpoint; the next save on that host removes those whose writer
-  has exited.
+  staging directory behind, as large as a checkpoint; the next save into ``save_path`` on that host (a resumed
+  run's) removes those whose writer has exited.
 * Retention: after each save, a checkpoint is kept if its iteration is a multiple of ``keep_interval``, or if
   it is among the ``keep_last`` newest; every other one is deleted. (``keep_interval`` 0 keeps only the
   newest.) MineStudio's version of this had a sign error and deleted the wrong ones.
