@@ -3,6 +3,8 @@
     VPT_MODEL=foundation-model-1x.model VPT_WEIGHTS=foundation-model-1x.weights craftrl train examples/kill_cows_vpt.py
     craftrl train examples/kill_cows_vpt.py          # vpt_tiny: the same code at a size a CPU can run
 
+``craftrl eval`` of such a run builds the policy from this file too, so it needs the same ``VPT_MODEL``.
+
 Nothing is downloaded: the ``.model``/``.weights`` files must be on disk. VPT acts in MineRL's action space
 (8641 button combinations x 121 camera bins), which Crafter does not have, so this example keeps VPT's
 trunk (Impala CNN + transformer memory) and its value head, and trains a fresh 17-way action head for

@@ -21,7 +21,7 @@ from craftrl.config.loading import LoadedConfig, load_config
 from craftrl.config.validate import ConfigError
 from craftrl.envs.contract import (ContractError, check_env_methods, check_reset_result, check_step_result,
                                    declared_task_metrics)
-from craftrl.policies.checks import tensor_shapes, weight_mismatch
+from craftrl.policies.checks import REBUILD_HINT, tensor_shapes, weight_mismatch
 from craftrl.rollout.loop import action_rows, obs_batch
 from craftrl.run_dir import RunDirectory, saved_code_dir
 from craftrl.train.checkpoint import STATE_FILE, list_checkpoints, load_checkpoint
@@ -118,7 +118,7 @@ def load_eval_policy(loaded: LoadedConfig, model_state: dict[str, torch.Tensor])
     mismatch = weight_mismatch(tensor_shapes(model_state), policy, "the checkpoint")
     if mismatch:
         raise ConfigError([f"eval: the checkpoint's weights do not fit the policy from policy_generator ({mismatch}); "
-                           "pass --config with the config it was trained with"])
+                           f"pass --config with the config it was trained with; {REBUILD_HINT}"])
     policy.load_state_dict(model_state)
     return policy.eval()
 

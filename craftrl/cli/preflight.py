@@ -188,12 +188,12 @@ def _read_checkpoint(state_file: Path, where: str) -> dict[str, Any]:
 
 def check_checkpoint_fits(checkpoint: CheckpointSummary, policy: Any) -> None:
     """The trainer loads the weights strictly: names and shapes must match the policy's exactly."""
-    from craftrl.policies.checks import weight_mismatch
+    from craftrl.policies.checks import REBUILD_HINT, weight_mismatch
 
     mismatch = weight_mismatch(checkpoint.model_shapes, policy, "the checkpoint")
     if mismatch:
         raise ConfigError([f"train_config.resume: the weights in {checkpoint.path} do not fit the policy from "
-                           f"{POLICY} ({mismatch})"])
+                           f"{POLICY} ({mismatch}); {REBUILD_HINT}"])
 
 
 # ---------------------------------------------------------------------------------------------- generators

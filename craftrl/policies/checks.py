@@ -37,6 +37,11 @@ GENERATORS_RUN_ON_NODES = (
     "with the generators, and give file paths absolute (docs/cluster.md)")
 
 
+# why a config's own policy_generator can build another network than the one it trained, said with every mismatch
+REBUILD_HINT = ("a config that reads environment variables or files when it loads (examples/kill_cows_vpt.py reads "
+                "VPT_MODEL) builds the trained policy only with them as they were")
+
+
 def weight_mismatch(shapes: Mapping[str, tuple[int, ...]], policy: nn.Module, source: str,
                     target: str = "the policy") -> str | None:
     """Why a strict ``load_state_dict`` of weights of these ``shapes`` (from ``source``, e.g. "the checkpoint")

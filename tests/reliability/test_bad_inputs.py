@@ -369,7 +369,8 @@ CASES = [
          ("train_config.resume:", "state.pt is not a craftrl checkpoint (expected a dict with 'model'")),
     Case("resume from another architecture's checkpoint", train_resume(other_architecture_checkpoint),
          ("train_config.resume: the weights in", "do not fit the policy from policy_generator",
-          "'pi_head.linear_layer.weight' is [5, 16] in the checkpoint but [2, 16] in the policy")),
+          "'pi_head.linear_layer.weight' is [5, 16] in the checkpoint but [2, 16] in the policy",
+          "reads VPT_MODEL) builds the trained policy only with them as they were")),
     Case("resume latest without checkpoints", train_resume(lambda p: "latest"),
          ("train_config.resume=latest:", "holds a checkpoint", "pass --resume with a checkpoint")),
     # ------------------------------------------------------------------ eval
@@ -382,7 +383,8 @@ CASES = [
     Case("eval of a checkpoint with another architecture", lambda p: [
         "eval", other_architecture_checkpoint(p), "--config", write(p, "config.py", config_module())],
          ("eval: the checkpoint's weights do not fit the policy from policy_generator",
-          "'pi_head.linear_layer.weight' is [5, 16] in the checkpoint but [2, 16] in the policy")),
+          "'pi_head.linear_layer.weight' is [5, 16] in the checkpoint but [2, 16] in the policy",
+          "pass --config with the config it was trained with; a config that reads environment variables")),
     Case("eval of zero episodes", lambda p: ["eval", junk_dir(p), "--episodes", "0"],
          ("eval: --episodes: expected >= 1, got 0",)),
 ]
