@@ -20,6 +20,7 @@ from craftrl.replay.store import ReplayStoreError
 from craftrl.rollout.loop import waits_more_than_computes
 from craftrl.run_dir import ResumeTarget, RunDirectory, find_resume_target, output_paths, unwritable_output_paths
 from craftrl.system import format_accounting, format_stop_times, start_metrics_sink, stop_rollout_system
+from craftrl.train.checkpoint import CheckpointWriteError
 from craftrl.train.trainer import RolloutFailedError
 
 EXIT_RUN_FAILED = 1  # the run started but could not go on (bad input is 2, an interrupted run 130)
@@ -141,12 +142,14 @@ def _close_metrics_sink(sink) -> None:
 
 
 # The errors that end a started run with a reason to show in one line, and the part of the system they name.
-_RUN_FAILURES = {RolloutFailedError: "rollout", ReplayStoreError: "replay", PolicyContractError: "train"}
+_RUN_FAILURES = {RolloutFailedError: "rollout", ReplayStoreError: "replay", PolicyContractError: "train",
+                 CheckpointWriteError: "checkpoint"}
 
 
 def _run_failure(error: BaseException) -> str | None:
     """``"<part>: <one-line reason>"`` when ``error`` is the trainer stopping for the rollout side (no worker can
-    run), the replay store (its disk) or a train worker's policy (another network than the driver's), else None.
+    run), the replay store (its disk), a train worker's policy (another network than the driver's) or a
+    checkpoint it could not write, else None.
 
     Ray Train may wrap the trainer's exception, so the exception chain, the train workers' own exceptions
     (``worker_failures``, where Ray Train keeps them whole) and the text are searched.

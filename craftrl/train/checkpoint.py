@@ -36,6 +36,10 @@ STAGING_PATTERN = re.compile(r"^\.tmp-iter_\d{8}-(?P<host>.+)-(?P<pid>\d+)$")
 STATE_FILE = "state.pt"
 
 
+class CheckpointWriteError(RuntimeError):
+    """A checkpoint could not be written (a full disk, mostly); the run stops rather than train on unsaved."""
+
+
 @dataclass
 class TrainingState:
     """Everything that must survive a restart besides the tensors of the networks."""
@@ -126,8 +130,16 @@ def write_checkpoint(save_path: str | Path, iteration: int, write_state: Callabl
     if staging.exists():
         shutil.rmtree(staging)
     staging.mkdir()
-    write_state(staging / STATE_FILE)
-    (staging / "config.yaml").write_text(config_yaml)
+    try:
+        write_state(staging / STATE_FILE)
+        (staging / "config.yaml").write_text(config_yaml)
+    except (OSError, RuntimeError) as error:  # torch.save reports a full disk as a RuntimeError
+        free = shutil.disk_usage(root).free
+        shutil.rmtree(staging, ignore_errors=True)
+        reason = (str(error).strip().splitlines() or [""])[0]
+        raise CheckpointWriteError(
+            f"train_config.save_path: writing {final.name} under {root} failed with {free / 2**20:.1f} MiB free on "
+            f"its disk ({type(error).__name__}: {reason}); the checkpoints before it are intact") from error
     if final.exists():  # re-saving the same iteration (e.g. a final save after a periodic one)
         shutil.rmtree(final)
     os.replace(staging, final)

@@ -408,6 +408,31 @@ def test_a_stopped_run_saves_a_checkpoint_and_leaves_no_process_behind(tmp_path:
         kill_all(recorder.stop())
 
 
+def test_a_disk_that_fills_stops_the_run_in_one_line_and_keeps_the_checkpoints_before_it(tmp_path: Path):
+    """``save_path`` on a disk (a 300 KiB tmpfs, in a mount namespace of the run's own) that holds two of the tiny
+    config's ~120 KB checkpoints but not the third's staging copy."""
+    from craftrl.testing.simulated_nodes import mount_namespaces_work
+
+    refused = mount_namespaces_work()
+    if refused:
+        pytest.skip(refused)
+    disk = tmp_path / "small_disk"
+    disk.mkdir()
+    train = " ".join([sys.executable, "-m", "craftrl.cli.main", "train", TINY, f"output_root={tmp_path / 'runs'}",
+                      f"train_config.save_path={disk}", "train_config.num_iterations=6"])
+    script = (f"mount -t tmpfs -o size=300k tmpfs {disk} && "
+              f"{{ {train}; code=$?; echo left: $(ls -A {disk}); exit $code; }}")
+    result = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+                            capture_output=True, text=True, timeout=300)
+    errors = [line for line in result.stderr.splitlines() if line.startswith("craftrl: error:")]
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert len(errors) == 1 and errors[0].startswith(
+        f"craftrl: error: checkpoint: train_config.save_path: writing iter_00000003 under {disk} failed with"), errors
+    assert "MiB free on its disk" in errors[0] and "the checkpoints before it are intact" in errors[0]
+    assert f"latest checkpoint: {disk}/iter_00000002" in result.stdout, result.stdout[-2000:]
+    assert "left: iter_00000001 iter_00000002\n" in result.stdout, "the failed save's staging directory stayed"
+
+
 # ----------------------------------------------------------------------------------------- 3. NaN in the loss
 
 
