@@ -94,10 +94,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"ok: {args.config} is a valid craftrl config")
             return 0
         if args.command == "eval":
-            from craftrl.cli.evaluate import eval_command
+            from craftrl.cli.evaluate import check_video_path, eval_command
 
             if args.episodes < 1:
                 raise ConfigError([f"eval: --episodes: expected >= 1, got {args.episodes}"])
+            if args.video is not None:  # checked before the episodes are played, not after
+                check_video_path(args.video)
             return eval_command(args.checkpoint, args.episodes, args.video, args.deterministic, args.config)
         if args.command == "plot":
             from craftrl.cli.plot import plot_command

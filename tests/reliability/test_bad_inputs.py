@@ -387,6 +387,11 @@ CASES = [
           "pass --config with the config it was trained with; a config that reads environment variables")),
     Case("eval of zero episodes", lambda p: ["eval", junk_dir(p), "--episodes", "0"],
          ("eval: --episodes: expected >= 1, got 0",)),
+    Case("eval --video in a directory that cannot be made",
+         lambda p: ["eval", junk_dir(p), "--video", f"{write(p, 'a_file', 'text')}/eval.mp4"],
+         ("eval: --video: cannot make a directory at", "a_file is not a directory")),
+    Case("eval --video naming a directory", lambda p: ["eval", junk_dir(p), "--video", str(p)],
+         ("eval: --video:", "is a directory (expected a file path such as")),
 ]
 
 
