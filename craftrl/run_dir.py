@@ -142,6 +142,14 @@ def unwritable_output_paths(paths: dict[str, str | Path]) -> list[str]:
     return problems
 
 
+def unwritable_output_file(key: str, path: str | Path, example: str) -> list[str]:
+    """The problem, if any, with writing a file at ``path``: a directory there, or a directory for it that cannot
+    be made and written (``example``: a file name to suggest inside a directory)."""
+    if Path(path).is_dir():
+        return [f"{key}: {path} is a directory (expected a file path such as {Path(path) / example})"]
+    return unwritable_output_paths({key: Path(path).parent})
+
+
 def saved_code_dir(directory: Path) -> str | None:
     """The ``code_dir`` that :meth:`RunDirectory.save_config` recorded in ``directory``, if it did."""
     recorded = directory / CONFIG_DIR_FILE

@@ -23,7 +23,7 @@ from craftrl.envs.contract import (ContractError, check_env_methods, check_reset
                                    declared_task_metrics)
 from craftrl.policies.checks import REBUILD_HINT, tensor_shapes, weight_mismatch
 from craftrl.rollout.loop import action_rows, obs_batch
-from craftrl.run_dir import RunDirectory, saved_code_dir, unwritable_output_paths
+from craftrl.run_dir import RunDirectory, saved_code_dir
 from craftrl.train.checkpoint import STATE_FILE, list_checkpoints, load_checkpoint
 
 
@@ -197,15 +197,6 @@ def format_table(results: list[EpisodeResult], metric_keys: tuple[str, ...] = ()
     lines = ["  ".join(cell.rjust(width) for cell, width in zip(row, widths)) for row in [header, *rows]]
     lines.insert(1, "  ".join("-" * width for width in widths))
     return "\n".join(lines)
-
-
-def check_video_path(video: str) -> None:
-    """Bad input unless an mp4 can be written at ``video`` (a file path, in a directory that can be made)."""
-    if Path(video).is_dir():
-        raise ConfigError([f"eval: --video: {video} is a directory (expected a file path such as {video}/eval.mp4)"])
-    problems = unwritable_output_paths({"eval: --video": Path(video).parent})
-    if problems:
-        raise ConfigError(problems)
 
 
 def eval_command(checkpoint: str, episodes: int, video: str | None, deterministic: bool,

@@ -72,6 +72,14 @@ def one_line(problem: str) -> str:
     return " ".join(line.strip() for line in str(problem).splitlines() if line.strip())
 
 
+def _check_output_file(key: str, path: str, example: str) -> None:
+    from craftrl.run_dir import unwritable_output_file
+
+    problems = unwritable_output_file(key, path, example)
+    if problems:
+        raise ConfigError(problems)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     # `kill -USR1 <pid>` prints every thread's Python stack to stderr: the way to see where a run that will
     # not stop (or not start) is waiting, without stopping it.
@@ -94,16 +102,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"ok: {args.config} is a valid craftrl config")
             return 0
         if args.command == "eval":
-            from craftrl.cli.evaluate import check_video_path, eval_command
+            from craftrl.cli.evaluate import eval_command
 
             if args.episodes < 1:
                 raise ConfigError([f"eval: --episodes: expected >= 1, got {args.episodes}"])
             if args.video is not None:  # checked before the episodes are played, not after
-                check_video_path(args.video)
+                _check_output_file("eval: --video", args.video, "eval.mp4")
             return eval_command(args.checkpoint, args.episodes, args.video, args.deterministic, args.config)
         if args.command == "plot":
             from craftrl.cli.plot import plot_command
 
+            if args.out is not None:
+                _check_output_file("plot: --out", args.out, "curve.png")
             return plot_command(args.run_dirs, args.out, args.metric)
         if args.command == "train":
             from craftrl.cli.train import train_command

@@ -392,6 +392,9 @@ CASES = [
          ("eval: --video: cannot make a directory at", "a_file is not a directory")),
     Case("eval --video naming a directory", lambda p: ["eval", junk_dir(p), "--video", str(p)],
          ("eval: --video:", "is a directory (expected a file path such as")),
+    Case("plot --out in a directory that cannot be made",
+         lambda p: ["plot", junk_dir(p), "--out", f"{write(p, 'a_file', 'text')}/curve.png"],
+         ("plot: --out: cannot make a directory at", "a_file is not a directory")),
 ]
 
 
