@@ -79,6 +79,8 @@ def preflight(loaded: Any) -> Probe | None:
     check_local_gpus(config)
     resume = config.train_config.resume
     checkpoint = check_resume_checkpoint(resume) if resume and resume != "latest" else None
+    if checkpoint is not None:
+        check_iterations_left(checkpoint, config.train_config.num_iterations)
     if not config.rollout_config.worker_config.preflight:
         return None
     worker = config.rollout_config.worker_config
@@ -142,10 +144,12 @@ def check_local_gpus(config: Any) -> None:
 
 @dataclass
 class CheckpointSummary:
-    """What resume needs to know about a checkpoint without reading its tensors: where, and the weights' shapes."""
+    """What resume needs to know about a checkpoint without reading its tensors: where, the weights' shapes, and
+    the iterations it has trained."""
 
     path: Path
     model_shapes: dict[str, tuple[int, ...]]
+    iteration: int
 
 
 def check_resume_checkpoint(resume: str | Path) -> CheckpointSummary:
@@ -167,7 +171,9 @@ def check_resume_checkpoint(resume: str | Path) -> CheckpointSummary:
         hint = f"; did you mean {nested[-1][1]}?" if nested else ""
         raise ConfigError([f"{where}: {resume} is not a checkpoint directory (expected it to hold {STATE_FILE}){hint}"])
     payload = _read_checkpoint(state_file, where)
-    return CheckpointSummary(state_file.parent, tensor_shapes(payload["model"]))
+    training = payload["training"]
+    iteration = int(training.get("iteration", 0)) if isinstance(training, dict) else 0
+    return CheckpointSummary(state_file.parent, tensor_shapes(payload["model"]), iteration)
 
 
 def _read_checkpoint(state_file: Path, where: str) -> dict[str, Any]:
@@ -184,6 +190,15 @@ def _read_checkpoint(state_file: Path, where: str) -> dict[str, Any]:
         raise ConfigError([f"{where}: {state_file} is not a craftrl checkpoint (expected a dict with 'model' and "
                            "'training' entries, as craftrl train saves)"])
     return payload
+
+
+def check_iterations_left(checkpoint: CheckpointSummary, num_iterations: int) -> None:
+    """``num_iterations`` is the run's total, resumed or not: a checkpoint that has trained as many leaves nothing
+    to train, and the run would start Ray, the envs and the trainer only to stop at once."""
+    if checkpoint.iteration >= num_iterations:
+        raise ConfigError([f"train_config.num_iterations: {num_iterations}, and {checkpoint.path} has already trained "
+                           f"{checkpoint.iteration} iterations, so nothing is left to train; pass "
+                           f"train_config.num_iterations=N with N > {checkpoint.iteration} (the run's total)"])
 
 
 def check_checkpoint_fits(checkpoint: CheckpointSummary, policy: Any) -> None:

@@ -138,7 +138,18 @@ def other_architecture_checkpoint(tmp_path: Path) -> str:
     policy = default_policy_generator(num_actions=5, image_shape=(8, 8, 3), hidden_size=16, channels=(4, 4, 4))
     directory = tmp_path / "other_arch"
     directory.mkdir()
-    torch.save({"model": policy.state_dict(), "training": {"iteration": 3}}, directory / "state.pt")
+    torch.save({"model": policy.state_dict(), "training": {"iteration": 1}}, directory / "state.pt")
+    return str(directory)
+
+
+def finished_checkpoint(tmp_path: Path) -> str:
+    """A checkpoint of the tiny policy that has trained the tiny config's 2 iterations."""
+    from craftrl.policies import default_policy_generator
+
+    policy = default_policy_generator(num_actions=2, image_shape=(8, 8, 3), hidden_size=16, channels=(4, 4, 4))
+    directory = tmp_path / "iter_00000002"
+    directory.mkdir()
+    torch.save({"model": policy.state_dict(), "training": {"iteration": 2}}, directory / "state.pt")
     return str(directory)
 
 
@@ -371,6 +382,9 @@ CASES = [
          ("train_config.resume: the weights in", "do not fit the policy from policy_generator",
           "'pi_head.linear_layer.weight' is [5, 16] in the checkpoint but [2, 16] in the policy",
           "reads VPT_MODEL) builds the trained policy only with them as they were")),
+    Case("resume from a checkpoint that trained every iteration", train_resume(finished_checkpoint),
+         ("train_config.num_iterations: 2, and", "iter_00000002 has already trained 2 iterations",
+          "pass train_config.num_iterations=N with N > 2")),
     Case("resume latest without checkpoints", train_resume(lambda p: "latest"),
          ("train_config.resume=latest:", "holds a checkpoint", "pass --resume with a checkpoint")),
     # ------------------------------------------------------------------ eval
