@@ -24,6 +24,8 @@ from craftrl.config.schema import LoggerConfig
 
 
 class Sink(Protocol):
+    label: str  # what a person knows it by: its file or service
+
     def write(self, metrics: Mapping[str, Any], step: int, wall_time: float) -> None: ...
     def close(self) -> None: ...
 
@@ -38,6 +40,7 @@ class JsonlSink:
 
     def __init__(self, path: Path):
         path = Path(path)
+        self.label = path.name
         cut_line = path.is_file() and path.stat().st_size > 0 and _last_byte(path) != b"\n"
         self._file = open(path, "a", buffering=1)  # line-buffered: a crash loses at most one line
         if cut_line:  # a killed run's last line: end it, or our first record would be glued onto it
@@ -84,6 +87,7 @@ class TensorBoardSink:
         from torch.utils.tensorboard import SummaryWriter
 
         self._writer = SummaryWriter(log_dir=str(log_dir))
+        self.label = "tensorboard"
 
     def write(self, metrics: Mapping[str, Any], step: int, wall_time: float) -> None:
         for name, value in _numeric(metrics).items():
@@ -118,6 +122,7 @@ class WandbSink:
     def __init__(self, logger_config: LoggerConfig, run_dir: Path, config: Mapping[str, Any] | None):
         import wandb
 
+        self.label = "wandb"
         self._run = wandb.init(project=logger_config.project, name=logger_config.name, entity=logger_config.entity,
                                mode=resolve_wandb_mode(logger_config.wandb_mode), dir=str(run_dir),
                                config=dict(config or {}), reinit=True)
@@ -129,8 +134,13 @@ class WandbSink:
         self._run.finish()
 
 
+def _stopped_at(label: str, iteration: float | None, error: Exception) -> str:
+    at = f" at iteration {int(iteration)}" if iteration is not None else ""
+    return f"{label} stopped being written{at} ({type(error).__name__}: {error})"
+
+
 class MetricsLogger:
-    """Fan-out to every configured sink; a failing sink is reported once and then skipped."""
+    """Fan-out to every configured sink; a failing sink is reported once, then skipped, and named by ``close``."""
 
     def __init__(self, run_dir: Path, logger_config: LoggerConfig | None = None,
                  config: Mapping[str, Any] | None = None, tensorboard: bool = True):
@@ -143,6 +153,7 @@ class MetricsLogger:
         if logger_config.project and logger_config.wandb_mode != "disabled":
             self.sinks.append(WandbSink(logger_config, run_dir, config))
         self._broken: set[int] = set()
+        self.failures: list[str] = []  # one line per sink that stopped writing, for the run's summary
 
     def log(self, metrics: Mapping[str, Any], step: int, wall_time: float | None = None) -> None:
         wall_time = time.time() if wall_time is None else wall_time
@@ -153,14 +164,17 @@ class MetricsLogger:
                 sink.write(metrics, step, wall_time)
             except Exception as error:  # one broken sink (e.g. a full disk for TB) must not stop training
                 self._broken.add(i)
-                print(f"craftrl: metrics sink {type(sink).__name__} failed and is disabled: {error}", file=sys.stderr)
+                self.failures.append(_stopped_at(sink.label, metrics.get("train/iteration"), error))
+                print(f"craftrl: {self.failures[-1]}; training goes on", file=sys.stderr)
 
-    def close(self) -> None:
+    def close(self) -> list[str]:
+        """Close every sink; returns :attr:`failures`."""
         for sink in self.sinks:
             try:
                 sink.close()
             except Exception:
                 pass
+        return self.failures
 
 
 class MetricsSink:
@@ -171,19 +185,28 @@ class MetricsSink:
         self._logger = MetricsLogger(Path(run_dir), logger_config, config)
         self._episodes_path = Path(run_dir) / "episodes.jsonl"
         self._episodes: JsonlSink | None = None  # opened by the first episode: runs without any have no file
+        self._episodes_failure = ""
+        self._iteration: float | None = None  # the last one logged: where episodes.jsonl stopped, if it does
 
     def ready(self) -> bool:
         return True
 
     def log(self, metrics: Mapping[str, Any], step: int, wall_time: float) -> None:
+        self._iteration = metrics.get("train/iteration", self._iteration)
         self._logger.log(metrics, step, wall_time)
 
     def log_episodes(self, records: list[Mapping[str, Any]], step: int, wall_time: float) -> None:
         """One line per finished episode in ``episodes.jsonl`` (``step``: trained samples when it was logged)."""
-        if self._episodes is None:
-            self._episodes = JsonlSink(self._episodes_path)
-        for record in records:
-            self._episodes.write(record, step, wall_time)
+        if self._episodes_failure:
+            return
+        try:
+            if self._episodes is None:
+                self._episodes = JsonlSink(self._episodes_path)
+            for record in records:
+                self._episodes.write(record, step, wall_time)
+        except Exception as error:  # as a broken metrics sink: training goes on, the summary says so
+            self._episodes_failure = _stopped_at(self._episodes_path.name, self._iteration, error)
+            print(f"craftrl: {self._episodes_failure}; training goes on", file=sys.stderr)
 
     def save_file(self, path: str, data: bytes) -> None:
         """Write a file a process on another node produced (an episode video) onto this node's disk."""
@@ -193,10 +216,15 @@ class MetricsSink:
         partial.write_bytes(data)
         partial.replace(target)
 
-    def close(self) -> None:
-        self._logger.close()
+    def close(self) -> list[str]:
+        """Close the files; returns one line per sink that stopped writing during the run (a full disk, say)."""
+        failures = self._logger.close()
         if self._episodes is not None:
-            self._episodes.close()
+            try:
+                self._episodes.close()
+            except OSError:  # its last buffered line could not be written; a failure before it is already named
+                pass
+        return failures + ([self._episodes_failure] if self._episodes_failure else [])
 
 
 class MetricsClient:

@@ -71,6 +71,7 @@ def train_command(loaded: LoadedConfig) -> int:
     interrupted = False
     failure = None
     accounting = None
+    metrics_failures: list[str] = []
     stop_on_sigterm()
     try:
         sink = start_metrics_sink(str(run_dir.root), config)
@@ -91,7 +92,7 @@ def train_command(loaded: LoadedConfig) -> int:
         if ray.is_initialized():
             accounting = stop_rollout_system()  # detached actors would otherwise outlive the run on a cluster
             if sink is not None:
-                _close_metrics_sink(sink)
+                metrics_failures = _close_metrics_sink(sink)
         metrics_closed = time.monotonic()
         ray.shutdown()
         if interrupted:  # how long the user waited, by stage: a stop that drags says where
@@ -113,6 +114,8 @@ def train_command(loaded: LoadedConfig) -> int:
     except Exception as error:  # a plot is a convenience; the run's results are already on disk
         print(f"craftrl:   no learning curve ({error})")
     print(f"craftrl:   metrics: {run_dir.metrics_path} (tensorboard --logdir {run_dir.tensorboard_dir})")
+    for stopped_file in metrics_failures:
+        print(f"craftrl:   incomplete: {stopped_file}")
     if checkpoints:
         print(f"craftrl:   latest checkpoint: {checkpoints[-1][1]}")
     print(f"craftrl:   videos: {config.rollout_config.worker_config.video_output_dir}")
@@ -131,14 +134,16 @@ def _check_output_paths(config: OnlineConfig) -> None:
         raise ConfigError(problems)
 
 
-def _close_metrics_sink(sink) -> None:
-    """Flush and close metrics.jsonl/TensorBoard; a sink that does not answer is not waited on forever."""
+def _close_metrics_sink(sink) -> list[str]:
+    """Flush and close metrics.jsonl/TensorBoard; a sink that does not answer is not waited on forever. Returns
+    one line per file that stopped being written during the run."""
     import ray
 
     try:
-        ray.get(sink.close.remote(), timeout=30)
+        return ray.get(sink.close.remote(), timeout=30)
     except Exception as error:  # the files are line-buffered: at most the last line is lost
         print(f"craftrl: warning: the metrics sink did not close cleanly: {error}", file=sys.stderr)
+        return []
 
 
 # The errors that end a started run with a reason to show in one line, and the part of the system they name.

@@ -148,6 +148,8 @@ def test_a_failing_sink_is_disabled_without_stopping_the_others(tmp_path: Path, 
     logger = MetricsLogger(tmp_path, tensorboard=False)
 
     class Broken:
+        label = "broken.log"
+
         def write(self, *args):
             raise OSError("disk full")
 
@@ -155,11 +157,42 @@ def test_a_failing_sink_is_disabled_without_stopping_the_others(tmp_path: Path, 
             pass
 
     logger.sinks.insert(0, Broken())
-    logger.log({"a": 1}, step=0)
+    logger.log({"a": 1, "train/iteration": 7}, step=0)
     logger.log({"a": 2}, step=1)
-    logger.close()
+    assert logger.close() == ["broken.log stopped being written at iteration 7 (OSError: disk full)"]
     assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 2
     assert capsys.readouterr().err.count("disk full") == 1
+
+
+METRICS_WITH_A_FILE_SIZE_LIMIT = """
+import resource, signal, sys
+from craftrl.metrics import MetricsSink
+sink = MetricsSink(sys.argv[1])
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead of killing us
+resource.setrlimit(resource.RLIMIT_FSIZE, (1500, 1500))
+for iteration in range(1, 61):
+    sink.log({"train/iteration": iteration, "loss": 0.5}, step=100 * iteration, wall_time=0.0)
+    sink.log_episodes([{"return": 1.0, "length": 10}], step=100 * iteration, wall_time=0.0)
+print("\\n".join(sink.close()))
+"""
+
+
+def test_metrics_files_that_stop_being_written_are_named_by_close_and_logging_goes_on(tmp_path: Path):
+    """What the run's summary lists as incomplete when its disk fills: a file size limit fails the writes as a
+    full disk does (EFBIG for ENOSPC), in a process of its own."""
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-c", METRICS_WITH_A_FILE_SIZE_LIMIT, str(tmp_path)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    stopped = {line.split(" stopped being written at iteration ")[0]: line for line in result.stdout.splitlines()}
+    assert {"metrics.jsonl", "episodes.jsonl"} <= set(stopped), result.stdout
+    assert "(OSError: [Errno 27] File too large)" in stopped["metrics.jsonl"]
+    iteration = int(stopped["metrics.jsonl"].split(" at iteration ")[1].split()[0])
+    assert 1 < iteration < 60
+    assert [record["train/iteration"] for record in read_jsonl(tmp_path / "metrics.jsonl")] == \
+        list(range(1, iteration))
 
 
 def test_read_jsonl_skips_the_line_a_killed_run_cut_and_keeps_what_a_resume_appends(tmp_path: Path):
