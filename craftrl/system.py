@@ -135,13 +135,20 @@ def stop_rollout_system(timeout: float = 75.0) -> dict[str, float] | None:
     deadline = time.monotonic() + timeout
     handles = {name: find(name) for name in (ROLLOUT_MANAGER, EPISODE_STATISTICS, REPLAY_BUFFER)}
     handles = {name: handle for name, handle in handles.items() if handle is not None}
+    dead: set[str] = set()  # named once, in one line: the run's own error line says why, when it stopped for it
     if REPLAY_BUFFER in handles:  # paced workers are answered from now on, so they can deliver what they hold
         try:
             ray.get(handles[REPLAY_BUFFER].release_workers.remote(), timeout=REPLAY_FINAL_S)
+        except ray.exceptions.RayActorError as error:
+            dead.add(REPLAY_BUFFER)
+            logger.warning("%s had died: %s", REPLAY_BUFFER, _last_line(error))
         except Exception as error:
-            logger.warning("the replay buffer did not release its paced rollout workers: %s", error)
+            logger.warning("the replay buffer did not release its paced rollout workers: %s", _last_line(error))
     for name, handle in handles.items():
         started = time.monotonic()
+        if name in dead:
+            ray.kill(handle, no_restart=True)
+            continue
         # the replay buffer's last flush and accounting always get a few seconds, whatever the manager took
         remaining = max(deadline - started, REPLAY_FINAL_S if name == REPLAY_BUFFER else 1.0)
         try:
@@ -154,7 +161,7 @@ def stop_rollout_system(timeout: float = 75.0) -> dict[str, float] | None:
                 accounting.update({f"replay/{k}": float(v) for k, v in ray.get(handle.accounting.remote(),
                                                                                timeout=remaining).items()})
         except Exception as error:  # a broken actor is killed all the same
-            logger.warning("%s did not shut down cleanly: %s", name, error)
+            logger.warning("%s did not shut down cleanly: %s", name, _last_line(error))
         ray.kill(handle, no_restart=True)
         accounting[f"stop/{name}_s"] = time.monotonic() - started
     # Only now: the driver's own handles are what keep non-detached actors alive (one looked up by name
@@ -164,6 +171,12 @@ def stop_rollout_system(timeout: float = 75.0) -> dict[str, float] | None:
     if accounting:
         logger.info("fragment accounting: %s", format_accounting(accounting))
     return accounting if handles else None
+
+
+def _last_line(error: BaseException) -> str:
+    """An actor's error in one line: Ray's text for a dead actor ends with the exception that killed it."""
+    lines = [line for line in str(error).splitlines() if line.strip()]
+    return lines[-1].strip() if lines else type(error).__name__
 
 
 def format_stop_times(accounting: dict[str, float]) -> str:

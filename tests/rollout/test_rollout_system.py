@@ -146,3 +146,24 @@ def test_paced_rollouts_stop_stepping_until_the_trainer_samples_and_still_stop_c
     assert accounting["rollout/fragments_dropped"] == 0
     assert accounting["rollout/fragments_sent"] == accounting["rollout/fragments_emitted"]
     assert accounting["stop/rollout_manager_s"] < 20.0  # released, not drained to the 30 s timeout
+
+
+def test_a_replay_buffer_that_died_starting_is_named_once_in_one_line_at_the_stop(ray_session, tmp_path, caplog):
+    """The run's own error line carries the reason in full; the stop adds one line, not the actor's error twice."""
+    (tmp_path / "a_file").write_text("not a directory")
+    config = build_config({
+        "detach_rollout_manager": False,
+        "rollout_config": {
+            "num_rollout_workers": 1, "num_cpus_per_worker": 0, "fragment_length": 4,
+            "worker_config": {"num_envs": 2, "batch_size": 2, "video_output_dir": str(tmp_path / "videos")},
+            "replay_buffer_config": {"database_config": {"path": str(tmp_path / "a_file" / "replay")}},
+        },
+        "train_config": {"batch_size_per_gpu": 2},
+    })
+    with pytest.raises(ray_session.exceptions.RayActorError):  # the manager asks the buffer for its store's layout
+        start_rollout_system(counting_policy_generator, functools.partial(ScriptedEnv, episode_length=3), config)
+    with caplog.at_level("WARNING", logger="craftrl.system"):
+        stop_rollout_system()
+    lines = [line for record in caplog.records for line in record.getMessage().splitlines()]
+    assert len(lines) == 1 and lines[0].startswith("replay_buffer had died: "), lines
+    assert "a_file" in lines[0], lines
