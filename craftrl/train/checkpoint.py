@@ -140,7 +140,7 @@ def write_checkpoint(save_path: str | Path, iteration: int, write_state: Callabl
         raise CheckpointWriteError(
             f"train_config.save_path: writing {final.name} under {root} failed with {free / 2**20:.1f} MiB free on "
             f"its disk ({type(error).__name__}: {reason}); the checkpoints before it are intact") from error
-    if final.exists():  # re-saving the same iteration (e.g. a final save after a periodic one)
+    if final.exists():  # re-saving an iteration (a run resumed from it and stopped before it trained)
         shutil.rmtree(final)
     os.replace(staging, final)
     return final

@@ -98,6 +98,7 @@ class _Run:
         self.state = TrainingState(rho=train.kl_divergence_coef_rho)
         self.checkpoints = HomeCheckpoints(train.save_path, loop_config.get("home_node"), train.keep_interval,
                                            KEEP_LAST_CHECKPOINTS)
+        self.saved_iteration: int | None = None  # the iteration this run last saved
         resumed = self._maybe_resume(policy, reference)
         if not resumed and train.zero_initial_vf:
             zero_value_output(policy)
@@ -223,6 +224,8 @@ class _Run:
         interval = self.train.save_interval
         if not final and not (interval and self.state.iteration % interval == 0):
             return
+        if self.saved_iteration == self.state.iteration:  # a final save right after a periodic one: nothing new
+            return
         learner = self.learner
         self.state.rho = learner.rho
         self.state.entropy_coef = learner.entropy_coef
@@ -231,6 +234,7 @@ class _Run:
                               reference=learner.reference.state_dict() if learner.reference is not None else None,
                               scaler=learner.scaler.state_dict() if learner.use_amp else None,
                               config_yaml=self.config_yaml)
+        self.saved_iteration = self.state.iteration
 
     def close(self) -> None:
         self.readers.close()

@@ -41,9 +41,21 @@ def run(ray, tmp_path, config):
     return status, records
 
 
-def test_local_mode_trains_publishes_and_checkpoints(ray_session, tmp_path):
+def test_local_mode_trains_publishes_and_checkpoints(ray_session, tmp_path, monkeypatch):
+    import craftrl.train.home_checkpoints
+
+    written = []
+    write = craftrl.train.home_checkpoints.write_checkpoint
+
+    def counted(save_path, iteration, *args):
+        written.append(iteration)
+        return write(save_path, iteration, *args)
+
+    monkeypatch.setattr(craftrl.train.home_checkpoints, "write_checkpoint", counted)
     config = tiny_config(tmp_path)
     status, records = run(ray_session, tmp_path, config)
+    # save_interval 1: each iteration once; the final save would repeat the last iteration's (a VPT-2x one takes ~10 s)
+    assert written == [1, 2, 3]
     assert [r["train/iteration"] for r in records] == [1.0, 2.0, 3.0]
     assert [r["train/version"] for r in records] == [1.0, 2.0, 3.0]
     assert all(r["data/fragments"] == 4 for r in records)
