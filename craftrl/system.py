@@ -139,7 +139,7 @@ def stop_rollout_system(timeout: float = 75.0) -> dict[str, float] | None:
     if REPLAY_BUFFER in handles:  # paced workers are answered from now on, so they can deliver what they hold
         try:
             ray.get(handles[REPLAY_BUFFER].release_workers.remote(), timeout=REPLAY_FINAL_S)
-        except ray.exceptions.RayActorError as error:
+        except ray.exceptions.ActorDiedError as error:  # for good: one restarting (unavailable) gets its flush
             dead.add(REPLAY_BUFFER)
             logger.warning("%s had died: %s", REPLAY_BUFFER, _last_line(error))
         except Exception as error:
