@@ -131,26 +131,25 @@ def foreign_torch_file(tmp_path: Path) -> str:
     return str(directory)
 
 
-def other_architecture_checkpoint(tmp_path: Path) -> str:
-    """A checkpoint of the tiny policy with 5 actions instead of 2 (only the action head differs)."""
+def tiny_checkpoint(tmp_path: Path, directory: str, num_actions: int, iteration: int) -> str:
+    """A checkpoint of the tiny policy with ``num_actions`` actions that has trained ``iteration`` iterations."""
     from craftrl.policies import default_policy_generator
 
-    policy = default_policy_generator(num_actions=5, image_shape=(8, 8, 3), hidden_size=16, channels=(4, 4, 4))
-    directory = tmp_path / "other_arch"
-    directory.mkdir()
-    torch.save({"model": policy.state_dict(), "training": {"iteration": 1}}, directory / "state.pt")
-    return str(directory)
+    policy = default_policy_generator(num_actions=num_actions, image_shape=(8, 8, 3), hidden_size=16,
+                                      channels=(4, 4, 4))
+    (tmp_path / directory).mkdir()
+    torch.save({"model": policy.state_dict(), "training": {"iteration": iteration}}, tmp_path / directory / "state.pt")
+    return str(tmp_path / directory)
+
+
+def other_architecture_checkpoint(tmp_path: Path) -> str:
+    """5 actions instead of the tiny config's 2 (only the action head differs)."""
+    return tiny_checkpoint(tmp_path, "other_arch", num_actions=5, iteration=1)
 
 
 def finished_checkpoint(tmp_path: Path) -> str:
-    """A checkpoint of the tiny policy that has trained the tiny config's 2 iterations."""
-    from craftrl.policies import default_policy_generator
-
-    policy = default_policy_generator(num_actions=2, image_shape=(8, 8, 3), hidden_size=16, channels=(4, 4, 4))
-    directory = tmp_path / "iter_00000002"
-    directory.mkdir()
-    torch.save({"model": policy.state_dict(), "training": {"iteration": 2}}, directory / "state.pt")
-    return str(directory)
+    """The tiny policy, having trained the tiny config's 2 iterations."""
+    return tiny_checkpoint(tmp_path, "iter_00000002", num_actions=2, iteration=2)
 
 
 def junk_dir(tmp_path: Path) -> str:
