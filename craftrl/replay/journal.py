@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Iterable, Sequence
 
 from craftrl.replay.index import ReplayIndex, ChunkDescriptor, FragmentMeta
-from craftrl.replay.store import INDEX_FILE_PREFIX
+from craftrl.replay.store import INDEX_FILE_PREFIX, ReplayStoreError
 
 SNAPSHOT_NAME = f"{INDEX_FILE_PREFIX}snapshot.pkl"
 JOURNAL_PREFIX = f"{INDEX_FILE_PREFIX}journal-"
@@ -170,11 +170,16 @@ class JournaledIndex:
     def _append(self, entry: tuple[Any, ...]) -> None:
         if self._replaying or self._journal is None:
             return
-        self._journal.write(pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL))
-        self._journal.flush()
-        self._entries += 1
-        if self._entries >= self.compact_every:
-            self._compact()
+        try:
+            self._journal.write(pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL))
+            self._journal.flush()
+            self._entries += 1
+            if self._entries >= self.compact_every:
+                self._compact()
+        except OSError as error:  # a full disk: the run stops on it (cli/train.py), in one line naming the store
+            reason = error.strerror or error
+            raise ReplayStoreError(f"replay store at {self.root}: cannot write its journal ({reason}); free space on "
+                                   "its disk or move database_config.path to a bigger one") from error
 
     def _compact(self) -> None:
         """Snapshot the state and start the next journal; the old one is deleted only after both exist."""

@@ -27,6 +27,7 @@ from craftrl.config.loading import config_to_yaml
 from craftrl.config.validate import build_config
 from craftrl.metrics import MetricsClient, collect_statistics
 from craftrl.policies.checks import GENERATORS_RUN_ON_NODES, PolicyContractError, weight_mismatch
+from craftrl.replay.store import ReplayStoreError
 from craftrl.train.checkpoint import TrainingState, restore_rng_state
 from craftrl.train.home_checkpoints import HomeCheckpoints
 from craftrl.train.distributed import all_reduce_min, distributed
@@ -288,7 +289,9 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
             run.log(metrics)
             run.checkpoint()
         run.checkpoint(final=True)
-    except KeyboardInterrupt:  # Ctrl-C / SIGTERM in local mode: keep what was learned, then stop
+    except (KeyboardInterrupt, ReplayStoreError, RolloutFailedError):
+        # Ctrl-C / SIGTERM in local mode, or the data side failing (a full disk, envs that cannot run): the
+        # learner's state is whole between iterations, so what it learned is kept before the run stops
         run.checkpoint(final=True)
         raise
     finally:

@@ -433,6 +433,34 @@ def test_a_disk_that_fills_stops_the_run_in_one_line_and_keeps_the_checkpoints_b
     assert "left: iter_00000001 iter_00000002\n" in result.stdout, "the failed save's staging directory stayed"
 
 
+def test_a_replay_disk_that_fills_mid_run_stops_it_in_one_line_after_a_final_checkpoint(tmp_path: Path):
+    """The replay store on a tmpfs (a mount namespace of the run's own) that a filler file fills once the
+    run has logged two iterations; ``save_interval`` 0, so a checkpoint exists only if the failure kept one."""
+    from craftrl.testing.simulated_nodes import mount_namespaces_work
+
+    refused = mount_namespaces_work()
+    if refused:
+        pytest.skip(refused)
+    disk, runs = tmp_path / "replay_disk", tmp_path / "runs"
+    disk.mkdir()
+    train = " ".join([sys.executable, "-m", "craftrl.cli.main", "train", TINY, f"output_root={runs}",
+                      f"rollout_config.replay_buffer_config.database_config.path={disk / 'replay'}",
+                      "train_config.num_iterations=100000", "train_config.save_interval=0"])
+    fill_after_two_iterations = (f"for wait in $(seq 600); do [ \"$(cat {runs}/*/metrics.jsonl 2>/dev/null | wc -l)\" "
+                                 f"-ge 2 ] && break; sleep 0.2; done; cat /dev/zero > {disk}/filler 2>/dev/null")
+    # 80 MiB: the store starts only with room for 64 of the tiny config's 1-MiB bound fragments (disk_guard)
+    script = (f"mount -t tmpfs -o size=80m tmpfs {disk} && {{ ({fill_after_two_iterations}) & {train}; code=$?; "
+              "wait; exit $code; }")
+    result = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+                            capture_output=True, text=True, timeout=240)
+    errors = [line for line in result.stderr.splitlines() if line.startswith("craftrl: error:")]
+    assert result.returncode == 1, result.stderr[-3000:]
+    # the buffer's journal or, first, the workers' writes (then no worker can run): either way one line
+    assert len(errors) == 1 and "No space left on device" in errors[0], errors or result.stderr[-3000:]
+    assert errors[0].startswith(("craftrl: error: replay: replay store at", "craftrl: error: rollout:")), errors
+    assert "latest checkpoint:" in result.stdout, result.stdout[-2000:]
+
+
 # ----------------------------------------------------------------------------------------- 3. NaN in the loss
 
 

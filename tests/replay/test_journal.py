@@ -97,3 +97,33 @@ def test_a_torn_last_entry_is_ignored(tmp_path):
         file.write(entry[: len(entry) // 2])  # killed in the middle of an append
     recovered = JournaledIndex.recover(tmp_path)
     assert recovered.accounting()["added"] == 1
+
+
+JOURNAL_WITH_A_FILE_SIZE_LIMIT = """
+import resource, signal, sys
+from craftrl.replay.index import ReplayIndex
+from craftrl.replay.journal import JournaledIndex
+from craftrl.replay.store import ReplayStoreError
+journaled = JournaledIndex.create(ReplayIndex(max_chunks=4), sys.argv[1])
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead of killing us
+resource.setrlimit(resource.RLIMIT_FSIZE, (2000, 2000))
+try:
+    for version in range(1, 10_000):
+        journaled.update_version(version)
+except ReplayStoreError as error:
+    print(f"at version {version}: {error}")
+"""
+
+
+def test_a_journal_that_cannot_be_written_is_a_replay_store_error_naming_the_store(tmp_path: Path):
+    """What stops a run in one line when the replay store's disk fills (a file size limit fails the writes as a
+    full disk does), rather than an OSError from inside the buffer actor."""
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-c", JOURNAL_WITH_A_FILE_SIZE_LIMIT, str(tmp_path)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.startswith("at version "), result.stdout
+    assert f"replay store at {tmp_path}: cannot write its journal (File too large); free space on its disk" in \
+        result.stdout
