@@ -135,18 +135,18 @@ def stop_rollout_system(timeout: float = 75.0) -> dict[str, float] | None:
     deadline = time.monotonic() + timeout
     handles = {name: find(name) for name in (ROLLOUT_MANAGER, EPISODE_STATISTICS, REPLAY_BUFFER)}
     handles = {name: handle for name, handle in handles.items() if handle is not None}
-    dead: set[str] = set()  # named once, in one line: the run's own error line says why, when it stopped for it
+    replay_died = False  # named once, in one line: the run's own error line says why, when it stopped for it
     if REPLAY_BUFFER in handles:  # paced workers are answered from now on, so they can deliver what they hold
         try:
             ray.get(handles[REPLAY_BUFFER].release_workers.remote(), timeout=REPLAY_FINAL_S)
         except ray.exceptions.ActorDiedError as error:  # for good: one restarting (unavailable) gets its flush
-            dead.add(REPLAY_BUFFER)
+            replay_died = True
             logger.warning("%s had died: %s", REPLAY_BUFFER, _last_line(error))
         except Exception as error:
             logger.warning("the replay buffer did not release its paced rollout workers: %s", _last_line(error))
     for name, handle in handles.items():
         started = time.monotonic()
-        if name in dead:
+        if name == REPLAY_BUFFER and replay_died:
             ray.kill(handle, no_restart=True)
             continue
         # the replay buffer's last flush and accounting always get a few seconds, whatever the manager took

@@ -9,7 +9,8 @@ Nothing is downloaded: the ``.model``/``.weights`` files must be on disk. VPT ac
 (8641 button combinations x 121 camera bins), which Crafter does not have, so this example keeps VPT's
 trunk (Impala CNN + transformer memory) and its value head, and trains a fresh 17-way action head for
 Crafter on the trunk's latent. The published models see 128x128 frames; Crafter's 64x64 ones are scaled up
-to that by repeating pixels, inside the policy, so the envs and the replay keep the small frames. On MinecraftSim (examples/minecraft_kill_cows.py) VPT's own head is used.
+to that by repeating pixels, inside the policy, so the envs and the replay keep the small frames. On
+MinecraftSim (examples/minecraft_kill_cows.py) VPT's own head is used.
 It shows VPT's network trained by craftrl; on a laptop the config that learns this task in minutes is
 examples/kill_cows.py (bench/notes/default_config.md, "A config that leaves the learning settings out").
 """

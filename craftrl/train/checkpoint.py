@@ -102,20 +102,17 @@ def _process_exists(pid: int) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:  # another user's process
-        return True
+        pass
     return True
 
 
-def remove_abandoned_staging(save_path: str | Path) -> list[Path]:
+def remove_abandoned_staging(save_path: str | Path) -> None:
     """Delete the staging directories of saves on this host whose writing process no longer exists."""
     host = socket.gethostname()
-    removed = []
     for entry in Path(save_path).iterdir():
         match = STAGING_PATTERN.match(entry.name)
         if match and match["host"] == host and not _process_exists(int(match["pid"])):
             shutil.rmtree(entry, ignore_errors=True)
-            removed.append(entry)
-    return removed
 
 
 def write_checkpoint(save_path: str | Path, iteration: int, write_state: Callable[[Path], None],
